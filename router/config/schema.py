@@ -1,0 +1,215 @@
+"""Typed, immutable fleet configuration.
+
+The YAML loader (``router.config.loader``) builds these objects and nothing else does, so the
+rest of gpurouter can trust every value here: weights are positive, batch sizes at least one,
+replica ids unique. The string under each field is its documentation; the configuration
+reference in docs/configuration.md is written from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+
+def _frozen_params() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuConfig:
+    """One GPU of a node."""
+
+    index: int
+    """NVML index of the GPU on its node (0, 1, ...)."""
+    model: str
+    """GPU model name as in the profiles, for example ``A100-80GB`` or ``V100-32GB``."""
+    memory_gib: float
+    """Memory of the card in GiB."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """One data-parallel replica of the served model."""
+
+    id: str
+    """Unique name of the replica across the fleet."""
+    node: str
+    """Name of the node the replica runs on (filled from its node)."""
+    endpoint: str
+    """Base URL of the replica's OpenAI-compatible server, for example ``http://10.0.0.5:8000``."""
+    model: str
+    """Model name the replica serves (defaults to the fleet's ``model``)."""
+    gpus: tuple[int, ...]
+    """Indexes of the node's GPUs the replica uses; more than one means tensor parallelism."""
+    gpu_model: str
+    """GPU model of those GPUs (derived; they must all be of one model)."""
+    weight: float = 1.0
+    """Static weight, relative to the other replicas; must be > 0."""
+    batch_size: int = 32
+    """Most requests the router sends the replica at once; must be >= 1."""
+    tier: str = "standard"
+    """Tier name used by the tiered strategy, for example ``strong`` or ``standard``."""
+    tags: tuple[str, ...] = ()
+    """Free-form labels."""
+    max_context_tokens: int | None = None
+    """Longest prompt + output the replica accepts (its engine's max model length), if known."""
+    kv_capacity_tokens: int | None = None
+    """Tokens the replica's KV cache holds, if known; used by the capacity-aware strategy."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """A GPU node: its GPUs and the replicas it runs."""
+
+    name: str
+    """Unique name of the node; the telemetry agent on it uses the same name."""
+    gpus: tuple[GpuConfig, ...]
+    """The node's GPUs."""
+    replicas: tuple[ReplicaConfig, ...]
+    """The replicas the node runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyConfig:
+    """Which routing strategy to start with, and its parameters."""
+
+    name: str = "weighted-least-connections"
+    """A strategy's registry name; ``gpurouter strategies`` lists them."""
+    params: Mapping[str, Any] = field(default_factory=_frozen_params)
+    """Parameters of that strategy (each strategy documents its own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """The admission queue in front of the fleet."""
+
+    size: int = 1024
+    """Most requests waiting at once; beyond it requests are rejected (HTTP 429)."""
+    default_deadline_s: float = 60.0
+    """How long a request may wait in the queue when it names no deadline of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """Retries on another replica, only before anything was sent to the client."""
+
+    attempts: int = 3
+    """Most attempts per request, the first included; must be >= 1."""
+    backoff_s: float = 0.05
+    """Wait before the first retry; doubled each time."""
+    backoff_max_s: float = 1.0
+    """Longest wait between retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutConfig:
+    """Upstream timeouts."""
+
+    connect_s: float = 2.0
+    """Opening a connection to a replica."""
+    first_byte_s: float = 30.0
+    """From sending a request to its first response byte."""
+    total_s: float = 600.0
+    """A whole request."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    """How a request's cost is estimated before it runs."""
+
+    prompt_factor: float = 0.5
+    """Cost of one prompt token relative to one generated token."""
+    default_max_tokens: int = 256
+    """Generated tokens assumed for a request that names no ``max_tokens``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """Weights and batch sizes retuned from live signals."""
+
+    weights: bool = False
+    """Retune weights from each replica's observed throughput."""
+    batch_sizes: bool = False
+    """Raise or lower batch sizes from utilization."""
+    interval_s: float = 5.0
+    """How often the tuners run."""
+    weight_damping: float = 0.3
+    """Fraction of the way to the measured weight taken per interval (0 < d <= 1)."""
+    weight_bounds: tuple[float, float] = (0.25, 4.0)
+    """Effective weight stays within these multiples of the static weight."""
+    grow_below: float = 0.6
+    """Utilization under which the batch size grows."""
+    shrink_above: float = 0.9
+    """Utilization over which the batch size shrinks."""
+    hysteresis: int = 2
+    """Consecutive intervals past a threshold before the batch size changes."""
+    batch_bounds: tuple[int, int] = (1, 512)
+    """Smallest and largest batch size the tuner sets."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """How the router admits, routes and retries requests."""
+
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    """The starting strategy."""
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    """The admission queue."""
+    retries: RetryConfig = field(default_factory=RetryConfig)
+    """Retry policy."""
+    timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)
+    """Upstream timeouts."""
+    cost: CostConfig = field(default_factory=CostConfig)
+    """Request cost estimate."""
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    """Adaptive weights and batch sizes."""
+    decision_log_size: int = 256
+    """How many recent routing decisions are kept, with their explanations."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """The MQTT broker that carries telemetry and control."""
+
+    url: str = "embedded"
+    """``embedded`` (a broker inside gpurouter, on loopback) or ``mqtt://host:port`` / ``mqtts://``."""
+    cluster: str = "default"
+    """Cluster name; the topic root is ``gpurouter/v1/<cluster>/``."""
+    username: str | None = None
+    """Broker user name."""
+    password_env: str | None = None
+    """Name of the environment variable that holds the broker password (never the password)."""
+    sample_period_s: float = 1.0
+    """Telemetry sample period the agents use."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """A whole fleet file."""
+
+    nodes: tuple[NodeConfig, ...]
+    """The fleet's nodes."""
+    cluster: str = "default"
+    """Cluster name shown in the console and used in MQTT topics."""
+    model: str | None = None
+    """Default served model for replicas that name none."""
+    router: RouterConfig = field(default_factory=RouterConfig)
+    """Router settings."""
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    """Broker settings."""
+    source: Path | None = None
+    """The file this configuration was read from, if any."""
+
+    @property
+    def replicas(self) -> tuple[ReplicaConfig, ...]:
+        """Every replica of every node, in file order."""
+        return tuple(r for n in self.nodes for r in n.replicas)
+
+    @property
+    def gpu_count(self) -> int:
+        """Number of GPUs over all nodes."""
+        return sum(len(n.gpus) for n in self.nodes)

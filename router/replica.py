@@ -1,0 +1,80 @@
+"""A replica's live state inside the router: what it runs, what it can take, how fast it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from router.config.schema import ReplicaConfig
+from router.ewma import PeakEwma
+from router.request import Request
+
+
+class ReplicaState(StrEnum):
+    ACTIVE = "active"
+    """Takes new work."""
+    DRAINING = "draining"
+    """Takes no new work; finishing what it has."""
+    DRAINED = "drained"
+    """Takes no new work and runs nothing."""
+    EJECTED = "ejected"
+    """Taken out by health checks or an operator; takes no new work."""
+
+
+@dataclass(slots=True)
+class Telemetry:
+    """The latest GPU reading for a replica, stamped with the router's clock at arrival."""
+
+    utilization: float
+    """GPU utilization, 0..1 (the mean over the replica's GPUs)."""
+    received_at: float
+    memory_used_fraction: float | None = None
+    kv_usage: float | None = None
+    """Engine KV-cache usage, 0..1, from the replica's own metrics."""
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    """Mutable runtime state; changed only by the router core, which tells the strategy."""
+
+    index: int
+    config: ReplicaConfig
+    weight: float
+    """Effective weight: the static weight, an operator's setting, or the adaptive tuner's."""
+    batch_size: int
+    """Effective batch size (most requests in flight at once)."""
+    state: ReplicaState = ReplicaState.ACTIVE
+    weight_pinned: bool = False
+    """An operator set the weight; the tuner leaves it alone until released."""
+    batch_pinned: bool = False
+    running: dict[str, Request] = field(default_factory=dict)
+    outstanding_cost: float = 0.0
+    latency: PeakEwma = field(default_factory=PeakEwma)
+    """Seconds per unit of cost, over completed requests."""
+    telemetry: Telemetry | None = None
+    completed: int = 0
+    failed: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.running)
+
+    @property
+    def has_slot(self) -> bool:
+        """Active with room for one more request."""
+        return self.state is ReplicaState.ACTIVE and len(self.running) < self.batch_size
+
+    def fits(self, request: Request) -> bool:
+        """Whether the replica could ever hold the request (context and KV budget)."""
+        need = request.total_tokens
+        limit = self.config.max_context_tokens
+        kv = self.config.kv_capacity_tokens
+        return (limit is None or need <= limit) and (kv is None or need <= kv)
+
+    def can_take(self, request: Request) -> bool:
+        """Eligible for this request now: a free slot, it fits, and it has not failed it."""
+        return self.has_slot and self.fits(request) and self.index not in request.avoid
