@@ -68,6 +68,17 @@ class Replica:
         """Active with room for one more request."""
         return self.state is ReplicaState.ACTIVE and len(self.running) < self.batch_size
 
+    def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:
+        """Busy fraction 0..1 and whether it came from fresh GPU telemetry.
+
+        Stale or missing telemetry falls back to the router's own view (in flight over batch
+        size) rather than trusting an old reading.
+        """
+        t = self.telemetry
+        if t is not None and now - t.received_at <= stale_after_s:
+            return t.utilization, True
+        return min(1.0, len(self.running) / self.batch_size), False
+
     def fits(self, request: Request) -> bool:
         """Whether the replica could ever hold the request (context and KV budget)."""
         need = request.total_tokens

@@ -1,0 +1,34 @@
+"""Fleet configuration: the typed, frozen schema and the YAML loader that builds it."""
+
+from router.config.loader import load_fleet, parse_fleet
+from router.config.schema import (
+    AdaptiveConfig,
+    BrokerConfig,
+    CostConfig,
+    FleetConfig,
+    GpuConfig,
+    NodeConfig,
+    QueueConfig,
+    ReplicaConfig,
+    RetryConfig,
+    RouterConfig,
+    StrategyConfig,
+    TimeoutConfig,
+)
+
+__all__ = [
+    "AdaptiveConfig",
+    "BrokerConfig",
+    "CostConfig",
+    "FleetConfig",
+    "GpuConfig",
+    "NodeConfig",
+    "QueueConfig",
+    "ReplicaConfig",
+    "RetryConfig",
+    "RouterConfig",
+    "StrategyConfig",
+    "TimeoutConfig",
+    "load_fleet",
+    "parse_fleet",
+]

@@ -24,13 +24,15 @@ class ScoreIndex:
         self._heap: list[Entry] = []
         self._live: dict[int, int] = {}  # replica index -> sequence of its live entry
         self._seq = 0
-        self._replicas: list[Replica] = []
+        # Keyed by replica index, not a list position, so an index may cover a subset of the
+        # pool (one tier, say) and still find its replicas by ``Replica.index``.
+        self._replicas: dict[int, Replica] = {}
 
     def rebuild(self, replicas: Iterable[Replica]) -> None:
-        self._replicas = list(replicas)
+        self._replicas = {r.index: r for r in replicas}
         self._heap.clear()
         self._live.clear()
-        for r in self._replicas:
+        for r in self._replicas.values():
             self.update(r)
 
     def update(self, r: Replica) -> None:

@@ -1,0 +1,593 @@
+"""Fleet files: YAML in, the frozen objects of :mod:`router.config.schema` out.
+
+The loader is strict and kind. It rejects unknown keys, wrong types and impossible values, and
+it reports every problem in the file at once, each with its line and dotted key
+(``nodes[1].replicas[0].weight``), as one :class:`~router.errors.ConfigError`.
+
+Keys and types come from the dataclasses themselves (their fields and type hints), so the
+schema is the one source of truth. What a type cannot say is in three tables: ``_RULES``
+(ranges, names, URLs), ``_DERIVED`` (fields the loader fills, never the file) and
+``_INHERITED`` (fields a file may leave to an enclosing object). Checks that span several
+objects (unique names, GPUs missing or shared, tensor parallelism over mixed models) are in
+``_complete``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import yaml
+
+from router.config.schema import (
+    AdaptiveConfig,
+    BrokerConfig,
+    CostConfig,
+    FleetConfig,
+    GpuConfig,
+    NodeConfig,
+    QueueConfig,
+    ReplicaConfig,
+    RetryConfig,
+    RouterConfig,
+    StrategyConfig,
+    TimeoutConfig,
+)
+from router.errors import ConfigError, Problem
+
+__all__ = ["load_fleet", "parse_fleet"]
+
+_T = TypeVar("_T")
+_FILE_KEY = "<file>"
+"""The key named by problems with the file as a whole (unreadable, not YAML, empty)."""
+
+
+# --- YAML that remembers lines ------------------------------------------------------------
+
+
+class _Map(dict[Any, Any]):
+    """A YAML mapping with the line it starts on and the line of each key (1-based)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.key_lines: dict[Any, int] = {}
+        self.duplicates: list[tuple[Any, int]] = []
+        """Keys written twice, with the line of their first occurrence."""
+
+
+class _Seq(list[Any]):
+    """A YAML list with the line it starts on and the line of each item."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.item_lines: list[int] = []
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings and lists are :class:`_Map` and :class:`_Seq`."""
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _construct_map(loader: yaml.SafeLoader, node: yaml.Node) -> _Map:
+    assert isinstance(node, yaml.MappingNode)
+    own = {id(key) for key, _ in node.value}
+    loader.flatten_mapping(node)  # resolves `<<: *anchor`; merged keys come first
+    result, written = _Map(_line(node)), set()
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key cannot be a list or a mapping", key_node.start_mark
+            )
+        # PyYAML lets a repeated key silently win; only keys written here count, since
+        # overriding a merged-in key is what merges are for.
+        if id(key_node) in own:
+            if key in written:
+                result.duplicates.append((key, result.key_lines[key]))
+            written.add(key)
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = _line(key_node)
+    return result
+
+
+def _construct_seq(loader: yaml.SafeLoader, node: yaml.Node) -> _Seq:
+    assert isinstance(node, yaml.SequenceNode)
+    result = _Seq(_line(node))
+    for item in node.value:
+        result.append(loader.construct_object(item, deep=True))
+        result.item_lines.append(_line(item))
+    return result
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    loader = _LineLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        line = mark.line + 1 if mark else None
+        column = f" (column {mark.column + 1})" if mark else ""
+        problem = Problem(source, line, _FILE_KEY, f"not valid YAML: {what}{column}")
+    except yaml.YAMLError as exc:
+        problem = Problem(source, None, _FILE_KEY, f"not valid YAML: {exc}")
+    finally:
+        loader.dispose()
+    raise ConfigError([problem])
+
+
+# --- rules a type hint cannot state -------------------------------------------------------
+
+Rule = Callable[[Any], str | None]
+"""Takes a converted, non-null value; returns what is wrong with it, or None."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _above(low: float) -> Rule:
+    return lambda v: None if v > low else f"must be > {low}, got {v!r}"
+
+
+def _at_least(low: float) -> Rule:
+    return lambda v: None if v >= low else f"must be >= {low}, got {v!r}"
+
+
+def _fraction(v: float) -> str | None:
+    return None if 0 <= v <= 1 else f"must be between 0 and 1, got {v!r}"
+
+
+def _bounds(low_limit: float, strict: bool) -> Rule:
+    sign = "<" if strict else "<="
+
+    def check(v: tuple[float, float]) -> str | None:
+        low, high = v
+        fits = (low > low_limit if strict else low >= low_limit) and low <= high
+        return None if fits else f"must be [low, high] with {low_limit} {sign} low <= high"
+
+    return check
+
+
+def _name(v: str) -> str | None:
+    # Node and cluster names are MQTT topic levels, and ids are typed at the console.
+    if _NAME.match(v):
+        return None
+    return f"must be letters, digits, '.', '_' or '-', starting with a letter or digit; got {v!r}"
+
+
+def _not_empty(v: str | tuple[Any, ...]) -> str | None:
+    return None if v else "must not be empty"
+
+
+def _url(schemes: tuple[str, ...], example: str) -> Rule:
+    def check(v: str) -> str | None:
+        if _url_fits(v, schemes):
+            return None
+        kinds = " or ".join(f"{s}://" for s in schemes)
+        return f"must be a {kinds} URL with a host and optional port, e.g. {example}; got {v!r}"
+
+    return check
+
+
+def _url_fits(url: str, schemes: tuple[str, ...]) -> bool:
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError when not a number in 0..65535
+    except ValueError:
+        return False
+    return parts.scheme in schemes and bool(parts.hostname) and port != 0 and not parts.query
+
+
+def _broker_url(v: str) -> str | None:
+    return None if v == "embedded" else _url(("mqtt", "mqtts"), "mqtt://10.0.0.2:1883")(v)
+
+
+def _env_var(v: str) -> str | None:
+    return None if _ENV_VAR.match(v) else f"must be an environment variable name, got {v!r}"
+
+
+def _strategy(v: str) -> str | None:
+    # Imported here: router.strategies imports router.replica, which imports this package.
+    from router.strategies import STRATEGIES
+
+    return None if v in STRATEGIES else _not_one_of("strategy", v, STRATEGIES)
+
+
+def _not_one_of(what: str, value: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(value, known, n=1)
+    if close:
+        return f"unknown {what} {value!r}; did you mean {close[0]!r}?"
+    return f"unknown {what} {value!r}; expected one of: {', '.join(sorted(known))}"
+
+
+_RULES: dict[tuple[type, str], Rule] = {
+    (FleetConfig, "cluster"): _name,
+    (FleetConfig, "model"): _not_empty,
+    (FleetConfig, "nodes"): _not_empty,
+    (NodeConfig, "name"): _name,
+    (GpuConfig, "index"): _at_least(0),
+    (GpuConfig, "model"): _not_empty,
+    (GpuConfig, "memory_gib"): _above(0),
+    (ReplicaConfig, "id"): _name,
+    (ReplicaConfig, "endpoint"): _url(("http", "https"), "http://10.0.0.5:8000"),
+    (ReplicaConfig, "model"): _not_empty,
+    (ReplicaConfig, "gpus"): _not_empty,
+    (ReplicaConfig, "weight"): _above(0),
+    (ReplicaConfig, "batch_size"): _at_least(1),
+    (ReplicaConfig, "tier"): _name,
+    (ReplicaConfig, "max_context_tokens"): _at_least(1),
+    (ReplicaConfig, "kv_capacity_tokens"): _at_least(1),
+    (StrategyConfig, "name"): _strategy,
+    (QueueConfig, "size"): _at_least(1),
+    (QueueConfig, "default_deadline_s"): _above(0),
+    (RetryConfig, "attempts"): _at_least(1),
+    (RetryConfig, "backoff_s"): _at_least(0),
+    (RetryConfig, "backoff_max_s"): _at_least(0),
+    (TimeoutConfig, "connect_s"): _above(0),
+    (TimeoutConfig, "first_byte_s"): _above(0),
+    (TimeoutConfig, "total_s"): _above(0),
+    (CostConfig, "prompt_factor"): _at_least(0),
+    (CostConfig, "default_max_tokens"): _at_least(1),
+    (AdaptiveConfig, "interval_s"): _above(0),
+    (AdaptiveConfig, "weight_damping"): lambda v: None if 0 < v <= 1 else "must be in (0, 1]",
+    (AdaptiveConfig, "weight_bounds"): _bounds(0, strict=True),
+    (AdaptiveConfig, "grow_below"): _fraction,
+    (AdaptiveConfig, "shrink_above"): _fraction,
+    (AdaptiveConfig, "hysteresis"): _at_least(1),
+    (AdaptiveConfig, "batch_bounds"): _bounds(1, strict=False),
+    (RouterConfig, "decision_log_size"): _at_least(0),
+    (BrokerConfig, "url"): _broker_url,
+    (BrokerConfig, "cluster"): _name,
+    (BrokerConfig, "username"): _not_empty,
+    (BrokerConfig, "password_env"): _env_var,
+    (BrokerConfig, "sample_period_s"): _above(0),
+}
+
+_DERIVED: dict[tuple[type, str], str] = {
+    (ReplicaConfig, "node"): "is taken from the enclosing node; remove it",
+    (ReplicaConfig, "gpu_model"): "is derived from the replica's GPUs; remove it",
+    (FleetConfig, "source"): "is set to the file's path; remove it",
+}
+
+_INHERITED = frozenset({(ReplicaConfig, "model"), (BrokerConfig, "cluster")})
+"""Fields a file may leave out, filled from an enclosing object in ``_complete``."""
+
+
+# --- conversion driven by the dataclasses -------------------------------------------------
+
+
+class _Invalid:
+    """Stands in for a value that had a problem, so checking can go on around it."""
+
+    def __repr__(self) -> str:
+        return "<invalid>"
+
+
+_BAD: Any = _Invalid()
+
+
+def _ok(*values: Any) -> bool:
+    return all(v is not _BAD for v in values)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_SCALARS: dict[type, tuple[str, Callable[[Any], bool]]] = {
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", _is_number),
+    str: ("a string", lambda v: isinstance(v, str)),
+}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _parent(path: str) -> str:
+    cut = max(path.rfind("."), path.rfind("["))
+    return path[:cut] if cut > 0 else ""
+
+
+class _Reader:
+    """Converts one parsed file, noting each problem instead of stopping at the first."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: list[Problem] = []
+        self.lines: dict[str, int] = {}
+        """Dotted key -> line, for every key and list item seen."""
+
+    def line_of(self, path: str) -> int | None:
+        """The key's own line, or for a key that is absent the line of what encloses it."""
+        while path not in self.lines and path:
+            path = _parent(path)
+        return self.lines.get(path)
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(Problem(self.source, self.line_of(path), path or _FILE_KEY, message))
+
+    def convert(self, value: Any, hint: Any, path: str) -> Any:
+        """``value`` as ``hint`` says, or ``_BAD`` after noting why it cannot be."""
+        if dataclasses.is_dataclass(hint):
+            return self.record(typing.cast(type, hint), value, path)
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin in (types.UnionType, typing.Union):  # only ever `X | None` in the schema
+            (inner,) = (a for a in args if a is not type(None))
+            return None if value is None else self.convert(value, inner, path)
+        if origin is tuple:
+            return self.sequence(value, args, path)
+        if origin is Mapping:
+            return self.free_mapping(value, path)
+        expected, accepts = _SCALARS[hint]
+        if accepts(value):
+            return float(value) if hint is float else value
+        scalar = not isinstance(value, dict | list) and value is not None
+        quote = " (quote it to make it text)" if hint is str and scalar else ""
+        self.problem(path, f"expected {expected}, got {_describe(value)}{quote}")
+        return _BAD
+
+    def record(self, cls: type[_T], value: Any, path: str) -> _T:
+        """An instance of dataclass ``cls``; problem fields hold ``_BAD``."""
+        if not isinstance(value, _Map):
+            self.problem(path, f"expected a mapping, got {_describe(value)}")
+            return typing.cast(_T, _BAD)
+        self.lines.setdefault(path, value.line)
+        self.lines.update({_join(path, key): line for key, line in value.key_lines.items()})
+        for key, first in value.duplicates:
+            self.problem(_join(path, key), f"given twice (first at line {first})")
+        fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
+        allowed = [name for name in fields if (cls, name) not in _DERIVED]
+        values: dict[str, Any] = {n: None for n in fields if _filled_later(cls, n, value)}
+        for key, item in value.items():
+            key_path = _join(path, key)
+            if not isinstance(key, str):
+                self.problem(key_path, f"a key must be a string, got {_describe(key)}")
+            elif (cls, key) in _DERIVED:
+                self.problem(key_path, _DERIVED[cls, key])
+            elif key not in fields:
+                self.problem(key_path, _not_one_of("key", key, allowed))
+            else:
+                values[key] = self._field(cls, key, item, key_path)
+        for name, f in fields.items():
+            if name not in values and f.default is f.default_factory is dataclasses.MISSING:
+                self.problem(_join(path, name), f"missing required key {name!r}")
+                values[name] = _BAD
+        return cls(**values)
+
+    def _field(self, cls: type, name: str, value: Any, path: str) -> Any:
+        converted = self.convert(value, _hints(cls)[name], path)
+        rule = _RULES.get((cls, name))
+        if rule is None or converted is None or converted is _BAD:
+            return converted
+        message = rule(converted)
+        if message is None:
+            return converted
+        self.problem(path, message)
+        return _BAD
+
+    def sequence(self, value: Any, args: tuple[Any, ...], path: str) -> Any:
+        if not isinstance(value, _Seq):
+            self.problem(path, f"expected a list, got {_describe(value)}")
+            return _BAD
+        variadic = args[-1] is Ellipsis
+        if not variadic and len(value) != len(args):
+            self.problem(path, f"expected a list of {len(args)} items, got {len(value)}")
+            return _BAD
+        hints = [args[0]] * len(value) if variadic else list(args)
+        self.lines.update({f"{path}[{i}]": line for i, line in enumerate(value.item_lines)})
+        items = [self.convert(v, hints[i], f"{path}[{i}]") for i, v in enumerate(value)]
+        if _ok(*items):
+            return tuple(items)
+        if dataclasses.is_dataclass(args[0]):  # keep the good objects for the later checks
+            return tuple(item for item in items if item is not _BAD)
+        return _BAD
+
+    def free_mapping(self, value: Any, path: str) -> Any:
+        if not isinstance(value, _Map):
+            self.problem(path, f"expected a mapping, got {_describe(value)}")
+            return _BAD
+        for key in value:
+            if not isinstance(key, str):
+                self.problem(_join(path, key), f"a key must be a string, got {_describe(key)}")
+        return _freeze(value)
+
+
+def _filled_later(cls: type, name: str, given: Mapping[Any, Any]) -> bool:
+    return (cls, name) in _DERIVED or ((cls, name) in _INHERITED and name not in given)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(item) for item in value)
+    return value
+
+
+# --- checks across objects, and the fields they fill --------------------------------------
+
+
+def _complete(r: _Reader, fleet: FleetConfig) -> FleetConfig:
+    """Fill derived and inherited fields, checking what spans several objects."""
+    if fleet.router is not _BAD:
+        _check_router(r, fleet.router)
+    nodes = fleet.nodes
+    if nodes is not _BAD:
+        nodes = tuple(_complete_node(r, f"nodes[{i}]", n, fleet.model) for i, n in enumerate(nodes))
+        _unique(r, "node name", ((f"nodes[{i}].name", n.name) for i, n in enumerate(nodes)))
+        ids = (
+            (f"nodes[{i}].replicas[{j}].id", rep.id)
+            for i, node in enumerate(nodes)
+            if node.replicas is not _BAD
+            for j, rep in enumerate(node.replicas)
+        )
+        _unique(r, "replica id", ids)
+    broker = fleet.broker
+    if broker is not _BAD:
+        if broker.cluster is None:
+            broker = dataclasses.replace(broker, cluster=fleet.cluster)
+        elif _BAD not in (broker.cluster, fleet.cluster) and broker.cluster != fleet.cluster:
+            r.problem(
+                "broker.cluster",
+                f"{broker.cluster!r} differs from the top-level cluster {fleet.cluster!r}; "
+                "MQTT topics use one cluster name, so set it once at the top",
+            )
+    return dataclasses.replace(fleet, nodes=nodes, broker=broker)
+
+
+def _check_router(r: _Reader, router: RouterConfig) -> None:
+    a, t = router.adaptive, router.retries
+    if _ok(a) and _ok(a.grow_below, a.shrink_above) and a.grow_below >= a.shrink_above:
+        r.problem("router.adaptive.shrink_above", "must be above grow_below")
+    if _ok(t) and _ok(t.backoff_s, t.backoff_max_s) and t.backoff_max_s < t.backoff_s:
+        r.problem("router.retries.backoff_max_s", "must be >= backoff_s")
+
+
+def _unique(r: _Reader, what: str, entries: Iterable[tuple[str, Any]]) -> None:
+    first: dict[Any, str] = {}
+    for path, value in entries:
+        if value is _BAD:
+            continue
+        if value in first:
+            r.problem(path, f"duplicate {what} {value!r} (first at line {r.line_of(first[value])})")
+        else:
+            first[value] = path
+
+
+def _complete_node(r: _Reader, path: str, node: NodeConfig, model: str | None) -> NodeConfig:
+    gpus: tuple[GpuConfig, ...] = () if node.gpus is _BAD else node.gpus
+    _unique(r, "GPU index", ((f"{path}.gpus[{j}].index", g.index) for j, g in enumerate(gpus)))
+    # With a GPU index unreadable, every reference to it would be a second, false problem.
+    readable = node.gpus is not _BAD and all(g.index is not _BAD for g in gpus)
+    models = {g.index: g.model for g in reversed(gpus)} if readable else None
+    if node.replicas is _BAD:
+        return node
+    users: dict[int, tuple[str, str]] = {}
+    replicas = tuple(
+        _complete_replica(r, f"{path}.replicas[{j}]", rep, node.name, models, users, model)
+        for j, rep in enumerate(node.replicas)
+    )
+    return dataclasses.replace(node, replicas=replicas)
+
+
+def _complete_replica(
+    r: _Reader,
+    path: str,
+    replica: ReplicaConfig,
+    node: str,
+    models: Mapping[int, str] | None,
+    users: dict[int, tuple[str, str]],
+    fleet_model: str | None,
+) -> ReplicaConfig:
+    model = replica.model
+    if model is None:
+        if fleet_model is None:
+            r.problem(f"{path}.model", "missing; set it here or the fleet's top-level 'model'")
+        model = fleet_model
+    gpu_model = _gpu_model(r, path, replica, models, users)
+    return dataclasses.replace(replica, node=node, model=model, gpu_model=gpu_model)
+
+
+def _gpu_model(
+    r: _Reader,
+    path: str,
+    replica: ReplicaConfig,
+    models: Mapping[int, str] | None,
+    users: dict[int, tuple[str, str]],
+) -> str:
+    """The one model of the replica's GPUs, noting GPUs missing, shared or mixed."""
+    if models is None or replica.gpus is _BAD:
+        return typing.cast(str, _BAD)
+    for k, index in enumerate(replica.gpus):
+        item = f"{path}.gpus[{k}]"
+        if index not in models:
+            known = ", ".join(str(i) for i in sorted(models)) or "none"
+            r.problem(item, f"GPU {index} is not one of the node's GPUs ({known})")
+        elif index in users and users[index][0] == path:
+            r.problem(item, f"GPU {index} is listed twice")
+        elif index in users:
+            user_path, user_id = users[index]
+            where = f"{user_path}, line {r.line_of(user_path)}"
+            r.problem(item, f"GPU {index} is already used by replica {user_id!r} ({where})")
+        else:
+            users[index] = (path, replica.id)
+    found = sorted({models[i] for i in replica.gpus if i in models and models[i] is not _BAD})
+    if len(found) > 1:
+        r.problem(f"{path}.gpus", f"spans GPUs of different models ({', '.join(found)})")
+    return found[0] if len(found) == 1 else typing.cast(str, _BAD)
+
+
+# --- entry points -------------------------------------------------------------------------
+
+
+def parse_fleet(text: str, source: str) -> FleetConfig:
+    """Build a fleet from YAML text; ``source`` names it in problems. Raises ConfigError."""
+    document = _parse_yaml(text, source)
+    reader = _Reader(source)
+    if document is None:
+        reader.problem("", "the file is empty; a fleet needs at least 'nodes'")
+        fleet = _BAD
+    else:
+        fleet = reader.record(FleetConfig, document, "")
+    if fleet is not _BAD:
+        fleet = _complete(reader, fleet)
+    if reader.problems:
+        raise ConfigError(sorted(reader.problems, key=lambda p: p.line or 0))
+    return typing.cast(FleetConfig, fleet)
+
+
+def load_fleet(path: str | Path) -> FleetConfig:
+    """Read and check a fleet file. Raises ConfigError listing every problem in it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError([Problem(str(path), None, _FILE_KEY, f"cannot read: {reason}")]) from None
+    except UnicodeDecodeError as exc:
+        problem = Problem(str(path), None, _FILE_KEY, f"not UTF-8 text: {exc.reason}")
+        raise ConfigError([problem]) from None
+    return dataclasses.replace(parse_fleet(text, str(path)), source=path)

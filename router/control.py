@@ -1,0 +1,238 @@
+"""The control surface: every operator action, as a typed command applied in one place.
+
+The console, ``gpurouter ctl``, the admin HTTP API and the MQTT control topic are thin adapters
+that build a :data:`Command` (``parse_command`` turns a JSON-like mapping into one) and call
+:meth:`ControlSurface.apply`. Each application is validated, applied to the core, written to the
+audit trail with who and when, and published to subscribers as an :class:`Event`; replica
+state changes the core makes on its own (a drain finishing) are published the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from router.core import CoreListener, RouterCore
+from router.errors import ControlError
+from router.replica import Replica, ReplicaState
+
+
+@dataclass(frozen=True, slots=True)
+class SetStrategy:
+    """Route the next decisions with another strategy."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class SetWeight:
+    """Pin a replica's weight, or release it (None) to the static/adaptive value."""
+
+    replica: str
+    weight: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetBatchSize:
+    """Pin a replica's batch size, or release it (None)."""
+
+    replica: str
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Send a replica no new work; it becomes drained when its in-flight work is done."""
+
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class Undrain:
+    """Return a draining or drained replica to service."""
+
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Free a replica now: its low-priority in-flight work is cancelled and re-queued."""
+
+    replica: str
+    include_high: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Eject:
+    """Take a replica out of service (as health checks do)."""
+
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class Readmit:
+    """Return an ejected replica to service."""
+
+    replica: str
+
+
+Command = SetStrategy | SetWeight | SetBatchSize | Drain | Undrain | Preempt | Eject | Readmit
+
+COMMANDS: dict[str, type[Command]] = {
+    "strategy": SetStrategy,
+    "weight": SetWeight,
+    "batch": SetBatchSize,
+    "drain": Drain,
+    "undrain": Undrain,
+    "preempt": Preempt,
+    "eject": Eject,
+    "readmit": Readmit,
+}
+_NAMES = {cls: name for name, cls in COMMANDS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line of the audit trail."""
+
+    seq: int
+    at: float
+    """Wall-clock time (Unix seconds)."""
+    actor: str
+    kind: str
+    """The command's name (``drain``...) or ``state`` for a change the router made itself."""
+    args: Mapping[str, Any]
+    ok: bool
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["args"] = dict(self.args)
+        return d
+
+
+def command_name(command: Command) -> str:
+    return _NAMES[type(command)]
+
+
+def command_args(command: Command) -> dict[str, Any]:
+    args = {f.name: getattr(command, f.name) for f in fields(command)}
+    if isinstance(command, SetStrategy):
+        args["params"] = dict(command.params)
+    return args
+
+
+def parse_command(data: Mapping[str, Any]) -> Command:
+    """``{"command": "drain", "replica": "a100-0"}`` -> ``Drain("a100-0")``; ControlError if bad."""
+    name = data.get("command")
+    cls = COMMANDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ControlError(f"unknown command {name!r}; known: {', '.join(COMMANDS)}")
+    args = {k: v for k, v in data.items() if k != "command"}
+    for key, value in args.items():
+        _check_type(cls.__name__ if name is None else str(name), key, value)
+    try:
+        command = cls(**args)
+    except TypeError as exc:
+        raise ControlError(f"{name}: {exc}".replace(f"{cls.__name__}.__init__() ", "")) from None
+    if isinstance(command, SetStrategy):
+        command = SetStrategy(command.name, MappingProxyType(dict(command.params)))
+    return command
+
+
+_NUMBER = (int, float)
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    # field -> (accepted types, None allowed)
+    "replica": ((str,), False),
+    "name": ((str,), False),
+    "params": ((Mapping,), False),
+    "weight": (_NUMBER, True),
+    "size": ((int,), True),
+    "include_high": ((bool,), False),
+}
+
+
+def _check_type(command: str, key: str, value: object) -> None:
+    if key not in _FIELD_TYPES:
+        raise ControlError(f"{command}: unexpected keyword argument {key!r}")
+    accepted, nullable = _FIELD_TYPES[key]
+    if value is None and nullable:
+        return
+    is_bool = isinstance(value, bool)
+    if not isinstance(value, accepted) or (is_bool and bool not in accepted):
+        kinds = " or ".join(t.__name__ for t in accepted) + (" or null" if nullable else "")
+        raise ControlError(f"{command}: {key} must be {kinds}, not {value!r}")
+
+
+class ControlSurface(CoreListener):
+    """Applies commands to a core and keeps the audit trail."""
+
+    def __init__(
+        self,
+        core: RouterCore,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        audit_size: int = 1000,
+    ) -> None:
+        self.core = core
+        self.wall_clock = wall_clock
+        self.audit: deque[Event] = deque(maxlen=audit_size)
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._seq = 0
+        core.listeners.append(self)
+
+    def apply(self, command: Command, actor: str = "operator") -> Event:
+        """Apply a command; the returned event says whether it worked and what happened."""
+        try:
+            message = self._run(command)
+            ok = True
+        except ControlError as exc:
+            message, ok = str(exc), False
+        return self._record(actor, command_name(command), command_args(command), ok, message)
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``callback`` with every new event; returns a function that unsubscribes."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    def on_state(self, replica: Replica, old: ReplicaState) -> None:
+        self._record(
+            "router", "state", {"replica": replica.id, "from": str(old), "to": str(replica.state)},
+            True, f"{replica.id}: {old} -> {replica.state}",
+        )
+
+    def _run(self, command: Command) -> str:
+        core = self.core
+        match command:
+            case SetStrategy(name, params):
+                return core.set_strategy(name, dict(params))
+            case SetWeight(replica, weight):
+                return core.set_weight(replica, weight)
+            case SetBatchSize(replica, size):
+                return core.set_batch_size(replica, size)
+            case Drain(replica):
+                return core.drain(replica)
+            case Undrain(replica):
+                return core.undrain(replica)
+            case Preempt(replica, include_high):
+                return core.preempt(replica, include_high=include_high)
+            case Eject(replica):
+                return core.eject(replica)
+            case Readmit(replica):
+                return core.readmit(replica)
+        raise ControlError(f"unsupported command {command!r}")
+
+    def _record(
+        self, actor: str, kind: str, args: Mapping[str, Any], ok: bool, message: str
+    ) -> Event:
+        self._seq += 1
+        event = Event(self._seq, self.wall_clock(), actor, kind, args, ok, message)
+        self.audit.append(event)
+        for callback in list(self._subscribers):
+            callback(event)
+        return event

@@ -1,0 +1,455 @@
+"""The router core: admission, dispatch and every request's ending, with no I/O.
+
+The core is a synchronous state machine driven from outside: the HTTP data plane calls it
+from its event loop, the fleet simulator from its virtual clock, tests directly. Drivers learn
+what to do through listeners: ``on_assign`` (send this request to this replica), ``on_cancel``
+(stop this upstream request), ``on_finish`` (this request ended, once, with its outcome) and
+``on_state`` (a replica changed state).
+
+Placement is late-binding: a request waits in the admission queue until some replica that can
+take it has a free slot, and the strategy picks among those. So a replica that frees a slot
+takes the oldest waiting request it can serve, whatever the strategy would have preferred when
+that request arrived (work stealing), and per-replica concurrency never exceeds the batch size.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass
+from enum import StrEnum
+
+from router.adaptive import BatchStreak, WeightInput, retune_batch, retune_weights
+from router.admission_queue import AdmissionQueue
+from router.clock import Clock, monotonic
+from router.config.schema import FleetConfig
+from router.errors import ControlError
+from router.pool import ReplicaPool
+from router.replica import Replica, ReplicaState
+from router.request import Priority, Request, estimate_cost
+from router.snapshot import FleetSnapshot, build_snapshot
+from router.stats import RateWindow, ReplicaStats
+from router.strategies import Explanation, Strategy, create_strategy
+
+# How far down the queue a dispatch looks for a request some open replica can take; bounds
+# the cost of head-of-line requests that fit nowhere right now.
+SCAN_LIMIT = 64
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+@dataclass(slots=True, eq=False)
+class Assignment:
+    """One attempt of a request on a replica."""
+
+    request: Request
+    replica: Replica
+    started: float
+    first_byte: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How a request ended. Every request gets exactly one."""
+
+    request: Request
+    outcome: Outcome
+    time: float
+    reason: str = ""
+    replica: str | None = None
+    retry_after_s: float | None = None
+
+
+class CoreListener:
+    """Receives the core's events; override what you need."""
+
+    def on_assign(self, assignment: Assignment) -> None:
+        """Start this attempt upstream."""
+
+    def on_cancel(self, assignment: Assignment) -> None:
+        """Stop this attempt upstream; the core has already settled the request."""
+
+    def on_finish(self, finished: Finished) -> None:
+        """A request ended."""
+
+    def on_state(self, replica: Replica, old: ReplicaState) -> None:
+        """A replica moved from ``old`` to ``replica.state``."""
+
+
+class RouterCore:
+    def __init__(
+        self,
+        fleet: FleetConfig,
+        *,
+        clock: Clock = monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.settings = fleet.router
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random()
+        self.pool = ReplicaPool(fleet.replicas)
+        self.queue = AdmissionQueue(self.settings.queue.size)
+        self.stats = [ReplicaStats() for _ in self.pool]
+        self.outcomes: Counter[Outcome] = Counter()
+        self.arrivals = RateWindow()
+        self.decisions: deque[Explanation] = deque(maxlen=self.settings.decision_log_size)
+        self.listeners: list[CoreListener] = []
+        self._running: dict[str, Assignment] = {}
+        self._streaks = [BatchStreak() for _ in self.pool]
+        self._dispatching = False
+        self._again = False
+        s = self.settings.strategy
+        self.strategy: Strategy = self._attach(create_strategy(s.name, s.params, self.rng))
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Finished | None:
+        """Admit a request; returns its ending at once if it is rejected, else None."""
+        now = self.clock()
+        self.arrivals.add(now)
+        if request.id in self._running or request.id in self.queue:
+            raise ValueError(f"request id {request.id} is already in the router")
+        if request.cost == 0.0:
+            request.cost = estimate_cost(
+                request.prompt_tokens, request.max_tokens, self.settings.cost.prompt_factor
+            )
+        if request.deadline is None:
+            request.deadline = now + self.settings.queue.default_deadline_s
+        if not any(r.fits(request) for r in self.pool):
+            return self._finish(request, Outcome.REJECTED, self._too_big(request))
+        if not self.queue.push(request):
+            return self._finish(
+                request, Outcome.REJECTED, "queue full", retry_after_s=self.retry_after()
+            )
+        self.dispatch()
+        return None
+
+    def first_byte(self, a: Assignment) -> None:
+        """The replica sent the first byte of its answer."""
+        if self._current(a) and a.first_byte is None:
+            a.first_byte = self.clock()
+            self.stats[a.replica.index].ttft.add(a.first_byte - a.request.arrival)
+
+    def complete(self, a: Assignment, output_tokens: int | None = None) -> None:
+        """The attempt finished well."""
+        if not self._current(a):
+            return
+        now = self.clock()
+        self._release(a)
+        r, req = a.replica, a.request
+        stats = self.stats[r.index]
+        stats.completions.add(now)
+        stats.cost_done.add(now, req.cost)
+        stats.output_tokens.add(now, output_tokens if output_tokens is not None else req.max_tokens)
+        stats.e2e.add(now - req.arrival)
+        r.latency.observe((now - a.started) / max(req.cost, 1.0), now)
+        r.completed += 1
+        self._finish(req, Outcome.COMPLETED, replica=r.id)
+        self._settle(r)
+        self.dispatch()
+
+    def fail(self, a: Assignment, reason: str, *, retryable: bool = True) -> Finished | None:
+        """The attempt failed; retried elsewhere when it may be, else the request fails."""
+        if not self._current(a):
+            return None
+        self._release(a)
+        r, req = a.replica, a.request
+        r.failed += 1
+        may_retry = retryable and a.first_byte is None
+        if may_retry and req.attempts < self.settings.retries.attempts:
+            self.stats[r.index].retries += 1
+            self._requeue(req, avoid=r)
+            self._settle(r)
+            self.dispatch()
+            return None
+        finished = self._finish(req, Outcome.FAILED, reason, replica=r.id)
+        self._settle(r)
+        self.dispatch()
+        return finished
+
+    def cancel(self, request_id: str, reason: str = "cancelled by client") -> Finished | None:
+        """The client went away: the request ends wherever it is."""
+        a = self._running.get(request_id)
+        if a is not None:
+            self._release(a)
+            finished = self._finish(a.request, Outcome.FAILED, reason, replica=a.replica.id)
+            self._settle(a.replica)
+            self.dispatch()
+            return finished
+        for req in self.queue.waiting():
+            if req.id == request_id:
+                self.queue.remove(req)
+                return self._finish(req, Outcome.FAILED, reason)
+        return None
+
+    def expire(self) -> list[Finished]:
+        """End the requests whose deadline passed while they waited."""
+        return [
+            self._finish(req, Outcome.EXPIRED, "deadline passed in the queue")
+            for req in self.queue.expire(self.clock())
+        ]
+
+    def retry_after(self) -> float:
+        """Seconds a rejected client should wait: the queue's drain time at the current rate."""
+        now = self.clock()
+        rate = sum(s.completions.rate(now) for s in self.stats)
+        return 1.0 if rate <= 0 else max(1.0, len(self.queue) / rate)
+
+    @property
+    def running(self) -> dict[str, Assignment]:
+        return self._running
+
+    def snapshot(self) -> FleetSnapshot:
+        """An immutable view of fleet, queue and statistics now."""
+        return build_snapshot(self)
+
+    def tune(self) -> list[str]:
+        """One round of adaptive weights and batch sizes (as configured); what changed."""
+        cfg = self.settings.adaptive
+        now = self.clock()
+        stale_after = 3 * self.fleet.broker.sample_period_s
+        changes: list[str] = []
+        if cfg.weights:
+            inputs = [
+                WeightInput(
+                    static=r.config.weight,
+                    current=r.weight,
+                    pinned=r.weight_pinned,
+                    throughput=self.stats[r.index].cost_done.rate(now),
+                    utilization=r.utilization(now, stale_after)[0],
+                )
+                for r in self.pool
+            ]
+            for r, weight in zip(self.pool, retune_weights(inputs, cfg), strict=True):
+                if weight != r.weight:
+                    changes.append(f"{r.id}: weight {r.weight:.3g} -> {weight:.3g}")
+                    r.weight = weight
+                    self.pool.changed(r)
+        if cfg.batch_sizes:
+            for r in self.pool:
+                if r.batch_pinned:
+                    continue
+                util, fresh = r.utilization(now, stale_after)
+                size = retune_batch(
+                    r.batch_size, util if fresh else None, r.in_flight >= r.batch_size,
+                    self._streaks[r.index], cfg,
+                )
+                if size != r.batch_size:
+                    changes.append(f"{r.id}: batch size {r.batch_size} -> {size}")
+                    r.batch_size = size
+                    self.pool.changed(r)
+        self.dispatch()
+        return changes
+
+    # ---- dispatch -------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Place waiting requests on replicas with free slots, until no more can be placed."""
+        if self._dispatching:
+            # A listener called back into the core; the outer loop will go round again.
+            self._again = True
+            return
+        self._dispatching = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                while self.pool.open_count and len(self.queue):
+                    found = self._find()
+                    if found is None:
+                        break
+                    self._start(*found)
+        finally:
+            self._dispatching = False
+
+    def _find(self) -> tuple[Request, Replica] | None:
+        now = self.clock()
+        for scanned, req in enumerate(self.queue.waiting()):
+            if scanned >= SCAN_LIMIT:
+                break
+            replica = self.strategy.pick(req, now)
+            if replica is not None:
+                return req, replica
+        return None
+
+    def _start(self, req: Request, r: Replica) -> None:
+        now = self.clock()
+        if self.decisions.maxlen:
+            self.decisions.append(self.strategy.explain(req, now, r))
+        self.queue.remove(req)
+        req.attempts += 1
+        a = Assignment(req, r, now)
+        r.running[req.id] = req
+        r.outstanding_cost += req.cost
+        self._running[req.id] = a
+        self.pool.changed(r)
+        for listener in self.listeners:
+            listener.on_assign(a)
+
+    # ---- operator actions (called by the control surface) ---------------------------------
+
+    def set_strategy(self, name: str, params: dict[str, object] | None = None) -> str:
+        """Switch strategy for the next decision; in-flight work is untouched."""
+        self.strategy = self._attach(create_strategy(name, params, self.rng))
+        self.dispatch()
+        return f"strategy is now {name}"
+
+    def set_weight(self, replica_id: str, weight: float | None) -> str:
+        r = self.replica(replica_id)
+        if weight is None:
+            r.weight, r.weight_pinned = r.config.weight, False
+            msg = f"{r.id}: weight released to {r.weight:g}"
+        else:
+            if not weight > 0 or weight == float("inf"):
+                raise ControlError(f"weight must be a positive number, not {weight!r}")
+            r.weight, r.weight_pinned = float(weight), True
+            msg = f"{r.id}: weight set to {weight:g}"
+        self.pool.changed(r)
+        self.dispatch()
+        return msg
+
+    def set_batch_size(self, replica_id: str, size: int | None) -> str:
+        r = self.replica(replica_id)
+        if size is None:
+            r.batch_size, r.batch_pinned = r.config.batch_size, False
+            msg = f"{r.id}: batch size released to {r.batch_size}"
+        else:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ControlError(f"batch size must be an integer >= 1, not {size!r}")
+            r.batch_size, r.batch_pinned = size, True
+            msg = f"{r.id}: batch size set to {size}"
+        self.pool.changed(r)
+        self.dispatch()
+        return msg
+
+    def drain(self, replica_id: str) -> str:
+        r = self.replica(replica_id)
+        if r.state is not ReplicaState.ACTIVE:
+            raise ControlError(f"{r.id} is {r.state}; only an active replica can be drained")
+        self._set_state(r, ReplicaState.DRAINING)
+        self._settle(r)
+        return f"{r.id}: draining, {r.in_flight} in flight"
+
+    def undrain(self, replica_id: str) -> str:
+        r = self.replica(replica_id)
+        if r.state not in (ReplicaState.DRAINING, ReplicaState.DRAINED):
+            raise ControlError(f"{r.id} is {r.state}, not draining or drained")
+        self._set_state(r, ReplicaState.ACTIVE)
+        self.dispatch()
+        return f"{r.id}: active"
+
+    def eject(self, replica_id: str, reason: str = "operator") -> str:
+        r = self.replica(replica_id)
+        if r.state is ReplicaState.EJECTED:
+            raise ControlError(f"{r.id} is already ejected")
+        self._set_state(r, ReplicaState.EJECTED)
+        return f"{r.id}: ejected ({reason}), {r.in_flight} in flight left to finish"
+
+    def readmit(self, replica_id: str) -> str:
+        r = self.replica(replica_id)
+        if r.state is not ReplicaState.EJECTED:
+            raise ControlError(f"{r.id} is {r.state}, not ejected")
+        self._set_state(r, ReplicaState.ACTIVE)
+        self.dispatch()
+        return f"{r.id}: readmitted"
+
+    def preempt(self, replica_id: str, *, include_high: bool = False) -> str:
+        """Free a replica now: stop taking work, cancel its low-priority work and re-queue it.
+
+        An attempt that has not yet produced a byte is re-run elsewhere from the front of its
+        priority class; one already streaming cannot be, and fails with a reason. High-priority
+        work keeps running unless ``include_high``; the replica is drained once it is empty.
+        """
+        r = self.replica(replica_id)
+        if r.state is ReplicaState.ACTIVE:
+            self._set_state(r, ReplicaState.DRAINING)
+        victims = [
+            self._running[rid]
+            for rid, req in r.running.items()
+            if include_high or req.priority is not Priority.HIGH
+        ]
+        requeued = 0
+        for a in victims:
+            self._release(a)
+            for listener in self.listeners:
+                listener.on_cancel(a)
+            if a.first_byte is None:
+                self._requeue(a.request, avoid=None)
+                requeued += 1
+            else:
+                self._finish(a.request, Outcome.FAILED, "preempted while streaming", r.id)
+        self._settle(r)
+        self.dispatch()
+        failed = len(victims) - requeued
+        return f"{r.id}: preempted {len(victims)} ({requeued} re-queued, {failed} failed)"
+
+    def replica(self, replica_id: str) -> Replica:
+        r = self.pool.by_id.get(replica_id)
+        if r is None:
+            raise ControlError(f"no replica {replica_id!r}")
+        return r
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _attach(self, strategy: Strategy) -> Strategy:
+        strategy.attach(self.pool)
+        self.pool.listener = strategy.update
+        return strategy
+
+    def _current(self, a: Assignment) -> bool:
+        # Stale attempts (preempted, cancelled, already settled) report nothing.
+        return self._running.get(a.request.id) is a
+
+    def _release(self, a: Assignment) -> None:
+        del self._running[a.request.id]
+        r = a.replica
+        del r.running[a.request.id]
+        # Recomputing when empty keeps float drift from piling up over millions of requests.
+        r.outstanding_cost = r.outstanding_cost - a.request.cost if r.running else 0.0
+
+    def _requeue(self, req: Request, avoid: Replica | None) -> None:
+        others = avoid is not None and any(
+            o is not avoid and o.state is not ReplicaState.EJECTED and o.fits(req)
+            for o in self.pool
+        )
+        req.avoid = {avoid.index} if avoid is not None and others else set()
+        # The request was admitted in time; a retry gets a fresh wait, not a stale deadline.
+        fresh = self.clock() + self.settings.queue.default_deadline_s
+        req.deadline = max(req.deadline or fresh, fresh)
+        self.queue.push_front(req)
+
+    def _settle(self, r: Replica) -> None:
+        if r.state is ReplicaState.DRAINING and not r.running:
+            self._set_state(r, ReplicaState.DRAINED)
+        else:
+            self.pool.changed(r)
+
+    def _set_state(self, r: Replica, state: ReplicaState) -> None:
+        old, r.state = r.state, state
+        self.pool.changed(r)
+        for listener in self.listeners:
+            listener.on_state(r, old)
+
+    def _finish(
+        self,
+        req: Request,
+        outcome: Outcome,
+        reason: str = "",
+        replica: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> Finished:
+        finished = Finished(req, outcome, self.clock(), reason, replica, retry_after_s)
+        self.outcomes[outcome] += 1
+        for listener in self.listeners:
+            listener.on_finish(finished)
+        return finished
+
+    def _too_big(self, req: Request) -> str:
+        return f"no replica can hold {req.total_tokens} tokens (prompt + max_tokens)"
+

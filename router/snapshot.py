@@ -1,0 +1,180 @@
+"""An immutable view of the whole router at one instant, for the console, ctl and metrics.
+
+Readers never touch live router objects: they get plain frozen data, built in one pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from router.imbalance import Band, band, imbalance_factor
+from router.replica import Replica, ReplicaState
+from router.stats import ReplicaStats, percentile
+
+if TYPE_CHECKING:
+    from router.core import RouterCore
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    id: str
+    node: str
+    gpu_model: str
+    gpus: tuple[int, ...]
+    tier: str
+    state: str
+    weight: float
+    static_weight: float
+    weight_pinned: bool
+    batch_size: int
+    batch_pinned: bool
+    in_flight: int
+    outstanding_cost: float
+    utilization: float
+    utilization_from_telemetry: bool
+    telemetry_age_s: float | None
+    stale: bool
+    """Telemetry was received once but is now older than 3 sample periods."""
+    completed: int
+    failed: int
+    retries: int
+    throughput_rps: float
+    output_tokens_per_s: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p50_s: float | None
+    e2e_p99_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModelSummary:
+    """One GPU model's share of the fleet: is the tier carrying its weight?"""
+
+    gpu_model: str
+    replicas: int
+    active: int
+    utilization: float
+    throughput_rps: float
+    throughput_share: float
+    capacity_share: float
+    """Share of the fleet's static weight (the operator's view of capacity)."""
+    imbalance_factor: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    depth: int
+    capacity: int
+    by_priority: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    time: float
+    cluster: str
+    strategy: str
+    arrivals_rps: float
+    throughput_rps: float
+    output_tokens_per_s: float
+    queue: QueueSnapshot
+    replicas: tuple[ReplicaSnapshot, ...]
+    by_gpu_model: tuple[GpuModelSummary, ...]
+    imbalance_factor: float
+    band: Band
+    outcomes: dict[str, int]
+    in_flight: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_snapshot(core: RouterCore) -> FleetSnapshot:
+    now = core.clock()
+    stale_after = 3 * core.fleet.broker.sample_period_s
+    replicas = tuple(
+        _replica(r, core.stats[r.index], now, stale_after) for r in core.pool
+    )
+    active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
+    factor = imbalance_factor(s.utilization for s in active)
+    throughput = sum(s.throughput_rps for s in replicas)
+    return FleetSnapshot(
+        time=now,
+        cluster=core.fleet.cluster,
+        strategy=core.strategy.name,
+        arrivals_rps=core.arrivals.rate(now),
+        throughput_rps=throughput,
+        output_tokens_per_s=sum(s.output_tokens_per_s for s in replicas),
+        queue=QueueSnapshot(
+            depth=len(core.queue),
+            capacity=core.queue.capacity,
+            by_priority={p.name.lower(): n for p, n in core.queue.depth_by_priority().items()},
+        ),
+        replicas=replicas,
+        by_gpu_model=_by_gpu_model(replicas, throughput),
+        imbalance_factor=factor,
+        band=band(factor),
+        outcomes={str(k): v for k, v in core.outcomes.items()},
+        in_flight=len(core.running),
+    )
+
+
+def _replica(r: Replica, stats: ReplicaStats, now: float, stale_after: float) -> ReplicaSnapshot:
+    util, fresh = r.utilization(now, stale_after)
+    age = None if r.telemetry is None else now - r.telemetry.received_at
+    ttft, e2e = stats.ttft.values(), stats.e2e.values()
+    return ReplicaSnapshot(
+        id=r.id,
+        node=r.config.node,
+        gpu_model=r.config.gpu_model,
+        gpus=r.config.gpus,
+        tier=r.config.tier,
+        state=str(r.state),
+        weight=r.weight,
+        static_weight=r.config.weight,
+        weight_pinned=r.weight_pinned,
+        batch_size=r.batch_size,
+        batch_pinned=r.batch_pinned,
+        in_flight=r.in_flight,
+        outstanding_cost=r.outstanding_cost,
+        utilization=util,
+        utilization_from_telemetry=fresh,
+        telemetry_age_s=age,
+        stale=age is not None and not fresh,
+        completed=r.completed,
+        failed=r.failed,
+        retries=stats.retries,
+        throughput_rps=stats.completions.rate(now),
+        output_tokens_per_s=stats.output_tokens.rate(now),
+        ttft_p50_s=percentile(ttft, 0.5),
+        ttft_p99_s=percentile(ttft, 0.99),
+        e2e_p50_s=percentile(e2e, 0.5),
+        e2e_p99_s=percentile(e2e, 0.99),
+    )
+
+
+def _by_gpu_model(
+    replicas: tuple[ReplicaSnapshot, ...], total_throughput: float
+) -> tuple[GpuModelSummary, ...]:
+    groups: dict[str, list[ReplicaSnapshot]] = defaultdict(list)
+    for s in replicas:
+        groups[s.gpu_model].append(s)
+    total_weight = sum(s.static_weight for s in replicas) or 1.0
+    out = []
+    for model, members in groups.items():
+        active = [s for s in members if s.state == ReplicaState.ACTIVE]
+        rps = sum(s.throughput_rps for s in members)
+        out.append(
+            GpuModelSummary(
+                gpu_model=model,
+                replicas=len(members),
+                active=len(active),
+                utilization=sum(s.utilization for s in active) / len(active) if active else 0.0,
+                throughput_rps=rps,
+                throughput_share=rps / total_throughput if total_throughput > 0 else 0.0,
+                capacity_share=sum(s.static_weight for s in members) / total_weight,
+                imbalance_factor=imbalance_factor(s.utilization for s in active),
+            )
+        )
+    return tuple(out)

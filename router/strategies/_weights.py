@@ -1,0 +1,84 @@
+"""Weight bookkeeping shared by the weighted strategies: the fleet's largest weight, and
+drawing an open replica with probability proportional to its weight.
+
+Drawing is rejection sampling over the pool's open index: pick an open replica uniformly in
+O(1), keep it with probability ``weight / max_weight``. Conditioned on acceptance that is
+exactly weight-proportional, so a bounded number of tries followed by an exact O(n) scan gives
+an exactly weight-proportional draw overall, at O(1) expected cost while the open replicas'
+mean weight is not tiny next to the largest one.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_right
+from collections.abc import Callable
+
+from router.pool import ReplicaPool
+from router.replica import Replica
+
+DRAW_TRIES = 16
+"""Rejection tries before the exact scan; at acceptance 1/2 all fail with odds 1.5e-5."""
+
+
+class MaxWeight:
+    """The largest effective weight in the pool, kept current as weights change."""
+
+    __slots__ = ("_weights", "value")
+
+    def __init__(self) -> None:
+        self._weights: list[float] = []
+        self.value = 0.0
+
+    def rebuild(self, pool: ReplicaPool) -> None:
+        self._weights = [r.weight for r in pool]
+        self.value = max(self._weights, default=0.0)
+
+    def update(self, replica: Replica) -> None:
+        old = self._weights[replica.index]
+        new = replica.weight
+        if new == old:
+            return
+        self._weights[replica.index] = new
+        if new > self.value:
+            self.value = new
+        elif old == self.value:
+            # The heaviest replica got lighter: O(n), but weights change on operator or tuner
+            # time scales (seconds), not per request.
+            self.value = max(self._weights)
+
+
+def draw_weighted(
+    pool: ReplicaPool,
+    rng: random.Random,
+    max_weight: float,
+    accept: Callable[[Replica], bool],
+) -> Replica | None:
+    """An open replica passing ``accept``, drawn with probability proportional to weight."""
+    n = pool.open_count
+    if n == 0:
+        return None
+    for _ in range(DRAW_TRIES):
+        r = pool.open_at(rng.randrange(n))
+        if rng.random() * max_weight < r.weight and accept(r):
+            return r
+    return scan_weighted(pool, rng, accept)
+
+
+def scan_weighted(
+    pool: ReplicaPool, rng: random.Random, accept: Callable[[Replica], bool]
+) -> Replica | None:
+    """The exact O(n) draw: cumulative weights over the open replicas that pass ``accept``."""
+    chosen: list[Replica] = []
+    cumulative: list[float] = []
+    total = 0.0
+    for i in range(pool.open_count):
+        r = pool.open_at(i)
+        if accept(r):
+            total += r.weight
+            chosen.append(r)
+            cumulative.append(total)
+    if not chosen:
+        return None
+    # min(): rng.random() * total may round up to total itself.
+    return chosen[min(bisect_right(cumulative, rng.random() * total), len(chosen) - 1)]

@@ -1,0 +1,110 @@
+"""Capacity-aware: only replicas whose KV cache has room for the request now.
+
+A replica holds a request's whole context (prompt plus the most it may generate) in its KV
+cache. ``Replica.fits`` already refuses a request larger than the cache; this strategy also
+refuses a replica whose cache is too full *now*, so the engine does not preempt or swap:
+
+    free = kv_capacity - tokens held by its running requests       (router accounting)
+    free = (1 - kv_usage) * kv_capacity    when telemetry is fresh  (the engine's own view)
+
+Fresh means younger than ``stale_after_s``; stale telemetry is never trusted. Among replicas
+with ``free >= request.total_tokens`` the one with the least outstanding cost wins. A replica
+with unknown KV capacity counts as unlimited. When none has room the pick is None and the
+request waits in the queue for memory to free up.
+
+Held tokens are summed in ``update`` (O(requests on that replica)); the pick walks the
+least-outstanding-cost heap and stops at the first replica with room: O(k log n), where k is
+the number of replicas passed over for lack of room. So it stays cheap while memory is
+plentiful and degrades towards O(n log n) only when most of the fleet is full, which is when
+the request will wait anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from contextlib import closing
+from dataclasses import replace
+from typing import Any
+
+from router.replica import Replica
+from router.request import Request
+from router.strategies._index import ScoreIndex
+from router.strategies.base import Explanation, Strategy
+
+UNLIMITED = math.inf
+
+
+def _outstanding(r: Replica) -> float:
+    return r.outstanding_cost
+
+
+class CapacityAware(Strategy):
+    name = "capacity-aware"
+    summary = "Least outstanding work among replicas whose KV cache has room for it now."
+
+    def __init__(
+        self, rng: random.Random | None = None, *, stale_after_s: float = 3.0, **params: Any
+    ) -> None:
+        super().__init__(rng, **params)
+        if isinstance(stale_after_s, bool) or not isinstance(stale_after_s, int | float):
+            raise ValueError(f"stale_after_s must be a number of seconds, not {stale_after_s!r}")
+        if not (math.isfinite(stale_after_s) and stale_after_s > 0):
+            raise ValueError(f"stale_after_s must be positive, not {stale_after_s!r}")
+        self.stale_after_s = float(stale_after_s)
+        self._index = ScoreIndex(_outstanding)
+        self._held: list[int] = []
+
+    @classmethod
+    def describe_params(cls) -> Mapping[str, str]:
+        return {
+            "stale_after_s": "age beyond which a replica's KV-usage telemetry is ignored and "
+            "the router's own accounting is used (default 3.0)",
+        }
+
+    def rebuild(self) -> None:
+        self._held = [_held_tokens(r) for r in self.pool]
+        self._index.rebuild(self.pool)
+
+    def update(self, replica: Replica) -> None:
+        self._held[replica.index] = _held_tokens(replica)
+        self._index.update(replica)
+
+    def pick(self, request: Request, now: float) -> Replica | None:
+        need = request.total_tokens
+        with closing(self._index.ascending(request)) as ordered:
+            for r in ordered:
+                if self.free_tokens(r, now)[0] >= need:
+                    return r
+        return None
+
+    def free_tokens(self, r: Replica, now: float) -> tuple[float, str]:
+        """Tokens the replica's KV cache can take now, and where that figure came from."""
+        capacity = r.config.kv_capacity_tokens
+        if capacity is None:
+            return UNLIMITED, "unknown capacity (unlimited)"
+        t = r.telemetry
+        if t is not None and t.kv_usage is not None and now - t.received_at < self.stale_after_s:
+            return (1.0 - t.kv_usage) * capacity, "engine telemetry"
+        return float(capacity - self._held[r.index]), "router accounting"
+
+    def score(self, replica: Replica, request: Request, now: float) -> float | None:
+        return replica.outstanding_cost
+
+    def explain(self, request: Request, now: float, chosen: Replica | None) -> Explanation:
+        # The note needs ``now`` (telemetry freshness), which ``note`` is not given.
+        base = super().explain(request, now, chosen)
+        return replace(base, note=self._budget_note(request, now, chosen))
+
+    def _budget_note(self, request: Request, now: float, chosen: Replica | None) -> str:
+        need = request.total_tokens
+        if chosen is None:
+            return f"no replica has {need} free KV tokens now; the request waits"
+        free, source = self.free_tokens(chosen, now)
+        room = "unlimited" if free == UNLIMITED else f"{free:.0f}"
+        return f"needs {need} KV tokens; {chosen.id} has {room} free ({source})"
+
+
+def _held_tokens(r: Replica) -> int:
+    return sum(q.total_tokens for q in r.running.values())

@@ -1,0 +1,62 @@
+"""Small fleets built in code, for tests that need no YAML."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from router.config.schema import (
+    FleetConfig,
+    GpuConfig,
+    NodeConfig,
+    QueueConfig,
+    ReplicaConfig,
+    RetryConfig,
+    RouterConfig,
+    StrategyConfig,
+)
+
+
+def make_fleet(
+    weights: Sequence[float] = (2.0, 2.0, 1.0, 1.0),
+    batch_sizes: Sequence[int] | None = None,
+    *,
+    strategy: str = "weighted-least-connections",
+    queue_size: int = 1024,
+    attempts: int = 3,
+    kv_capacity: Sequence[int | None] | None = None,
+    tiers: Sequence[str] | None = None,
+) -> FleetConfig:
+    """One node, one GPU per replica; heavier replicas are called A100s, the rest V100s."""
+    n = len(weights)
+    batch_sizes = batch_sizes or [4] * n
+    kv_capacity = kv_capacity or [None] * n
+    tiers = tiers or ["strong" if w > 1 else "standard" for w in weights]
+    gpus = tuple(GpuConfig(i, _gpu(w), 80.0) for i, w in enumerate(weights))
+    replicas = tuple(
+        ReplicaConfig(
+            id=f"r{i}",
+            node="node-0",
+            endpoint=f"http://127.0.0.1:{18000 + i}",
+            model="test-model",
+            gpus=(i,),
+            gpu_model=_gpu(weights[i]),
+            weight=weights[i],
+            batch_size=batch_sizes[i],
+            tier=tiers[i],
+            kv_capacity_tokens=kv_capacity[i],
+        )
+        for i in range(n)
+    )
+    return FleetConfig(
+        nodes=(NodeConfig("node-0", gpus, replicas),),
+        cluster="test",
+        router=RouterConfig(
+            strategy=StrategyConfig(strategy),
+            queue=QueueConfig(size=queue_size, default_deadline_s=30.0),
+            retries=RetryConfig(attempts=attempts),
+        ),
+    )
+
+
+def _gpu(weight: float) -> str:
+    return "A100-80GB" if weight > 1 else "V100-32GB"

@@ -1,0 +1,110 @@
+"""The control surface: one place for every operator action, each audited and published."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from router.clock import ManualClock
+from router.control import (
+    COMMANDS,
+    ControlSurface,
+    Drain,
+    Event,
+    Preempt,
+    SetStrategy,
+    SetWeight,
+    parse_command,
+)
+from router.core import RouterCore
+from router.errors import ControlError
+from router.request import Request
+from tests.fleet_factory import make_fleet
+
+
+def surface() -> tuple[ControlSurface, RouterCore, ManualClock]:
+    clock = ManualClock()
+    core = RouterCore(make_fleet(), clock=clock, rng=random.Random(0))
+    return ControlSurface(core, wall_clock=lambda: 1_700_000_000.0), core, clock
+
+
+def test_every_command_kind_parses_from_a_mapping() -> None:
+    samples = {
+        "strategy": {"name": "round-robin"},
+        "weight": {"replica": "r0", "weight": 2.5},
+        "batch": {"replica": "r0", "size": None},
+        "drain": {"replica": "r0"},
+        "undrain": {"replica": "r0"},
+        "preempt": {"replica": "r0", "include_high": True},
+        "eject": {"replica": "r0"},
+        "readmit": {"replica": "r0"},
+    }
+    assert set(samples) == set(COMMANDS)
+    for name, args in samples.items():
+        assert isinstance(parse_command({"command": name, **args}), COMMANDS[name])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"command": "explode"}, "unknown command 'explode'"),
+        ({}, "unknown command None"),
+        ({"command": "drain"}, "missing 1 required positional argument: 'replica'"),
+        ({"command": "drain", "replica": "r0", "force": True}, "unexpected keyword argument"),
+        ({"command": "weight", "replica": "r0", "weight": "heavy"}, "weight must be int or float"),
+        ({"command": "batch", "replica": "r0", "size": 2.5}, "size must be int or null"),
+        ({"command": "batch", "replica": "r0", "size": True}, "size must be int or null"),
+        ({"command": "drain", "replica": 3}, "replica must be str"),
+    ],
+)
+def test_malformed_commands_are_refused_with_a_clear_message(
+    data: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ControlError, match=message):
+        parse_command(data)
+
+
+def test_an_applied_command_changes_the_core_and_is_audited() -> None:
+    control, core, _ = surface()
+    event = control.apply(SetWeight("r1", 7.0), actor="alice")
+    assert core.replica("r1").weight == 7.0
+    assert event == Event(
+        1, 1_700_000_000.0, "alice", "weight", {"replica": "r1", "weight": 7.0}, True,
+        "r1: weight set to 7",
+    )
+    assert list(control.audit) == [event]
+
+
+def test_a_refused_command_is_audited_as_failed_and_changes_nothing() -> None:
+    control, core, _ = surface()
+    event = control.apply(SetStrategy("fastest"))
+    assert not event.ok
+    assert "unknown strategy 'fastest'" in event.message
+    assert core.strategy.name == "weighted-least-connections"
+    assert control.audit[-1] is event
+
+
+def test_subscribers_see_commands_and_state_changes_the_router_makes_itself() -> None:
+    control, core, clock = surface()
+    seen: list[Event] = []
+    unsubscribe = control.subscribe(seen.append)
+    core.submit(Request("q0", 10, 10, arrival=clock()))
+    (a,) = core.running.values()
+    control.apply(Drain(a.replica.id))
+    core.complete(a)
+    kinds = [(e.kind, e.message) for e in seen]
+    assert kinds == [
+        ("state", f"{a.replica.id}: active -> draining"),
+        ("drain", f"{a.replica.id}: draining, 1 in flight"),
+        ("state", f"{a.replica.id}: draining -> drained"),
+    ]
+    unsubscribe()
+    control.apply(Preempt(a.replica.id))
+    assert len(seen) == 3
+
+
+def test_event_serialises_to_plain_data() -> None:
+    control, _, _ = surface()
+    event = control.apply(parse_command({"command": "strategy", "name": "round-robin"}))
+    assert event.to_dict()["args"] == {"name": "round-robin", "params": {}}

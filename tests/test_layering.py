@@ -1,0 +1,28 @@
+"""The routing core stays UI-free: importing it never loads textual, rich or the console."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEADLESS_MODULES = [
+    "router",
+    "router.core",
+    "router.control",
+    "router.snapshot",
+    "router.strategies",
+    "router.config",
+]
+
+
+def test_importing_the_core_loads_no_ui_library() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for m in {HEADLESS_MODULES!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'console'))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == ""
