@@ -20,6 +20,10 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", help="fleet YAML file")
 
     sub.add_parser("strategies", help="list the routing strategies")
+
+    from console import sim_command
+
+    sim_command.add_arguments(sub.add_parser("sim", help="compare strategies on the simulator"))
     return parser
 
 
@@ -29,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from console.config_check import run_check
 
         return run_check(args.file, sys.stdout, sys.stderr)
+    if args.command == "sim":
+        from console.sim_command import run
+
+        return run(args, sys.stdout)
     if args.command == "strategies":
         from console.strategies_list import print_strategies
 

@@ -202,8 +202,11 @@ class ControlSurface(CoreListener):
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
         self._record(
-            "router", "state", {"replica": replica.id, "from": str(old), "to": str(replica.state)},
-            True, f"{replica.id}: {old} -> {replica.state}",
+            "router",
+            "state",
+            {"replica": replica.id, "from": str(old), "to": str(replica.state)},
+            True,
+            f"{replica.id}: {old} -> {replica.state}",
         )
 
     def _run(self, command: Command) -> str:

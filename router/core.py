@@ -237,8 +237,11 @@ class RouterCore:
                     continue
                 util, fresh = r.utilization(now, stale_after)
                 size = retune_batch(
-                    r.batch_size, util if fresh else None, r.in_flight >= r.batch_size,
-                    self._streaks[r.index], cfg,
+                    r.batch_size,
+                    util if fresh else None,
+                    r.in_flight >= r.batch_size,
+                    self._streaks[r.index],
+                    cfg,
                 )
                 if size != r.batch_size:
                     changes.append(f"{r.id}: batch size {r.batch_size} -> {size}")
@@ -452,4 +455,3 @@ class RouterCore:
 
     def _too_big(self, req: Request) -> str:
         return f"no replica can hold {req.total_tokens} tokens (prompt + max_tokens)"
-

@@ -93,9 +93,7 @@ class FleetSnapshot:
 def build_snapshot(core: RouterCore) -> FleetSnapshot:
     now = core.clock()
     stale_after = 3 * core.fleet.broker.sample_period_s
-    replicas = tuple(
-        _replica(r, core.stats[r.index], now, stale_after) for r in core.pool
-    )
+    replicas = tuple(_replica(r, core.stats[r.index], now, stale_after) for r in core.pool)
     active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
     factor = imbalance_factor(s.utilization for s in active)
     throughput = sum(s.throughput_rps for s in replicas)

@@ -110,7 +110,8 @@ def test_every_request_leaves_exactly_once_and_order_holds(ops: list, capacity: 
             inside[req.id] = req
         elif op == "expire":
             for req in q.expire(a):
-                assert req.deadline is not None and req.deadline <= a
+                assert req.deadline is not None
+                assert req.deadline <= a
                 del inside[req.id]
                 left.append(req.id)
         waiting = list(q.waiting())

@@ -30,7 +30,7 @@ def surface() -> tuple[ControlSurface, RouterCore, ManualClock]:
 
 
 def test_every_command_kind_parses_from_a_mapping() -> None:
-    samples = {
+    samples: dict[str, dict[str, object]] = {
         "strategy": {"name": "round-robin"},
         "weight": {"replica": "r0", "weight": 2.5},
         "batch": {"replica": "r0", "size": None},
@@ -70,7 +70,12 @@ def test_an_applied_command_changes_the_core_and_is_audited() -> None:
     event = control.apply(SetWeight("r1", 7.0), actor="alice")
     assert core.replica("r1").weight == 7.0
     assert event == Event(
-        1, 1_700_000_000.0, "alice", "weight", {"replica": "r1", "weight": 7.0}, True,
+        1,
+        1_700_000_000.0,
+        "alice",
+        "weight",
+        {"replica": "r1", "weight": 7.0},
+        True,
         "r1: weight set to 7",
     )
     assert list(control.audit) == [event]

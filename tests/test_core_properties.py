@@ -166,7 +166,7 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(STRATEGY_NAMES))
     def switch_strategy(self, name: str) -> None:
         assert self.core is not None
-        running = {rid: a for rid, a in self.core.running.items()}
+        running = dict(self.core.running)
         self.core.set_strategy(name)
         for rid, a in running.items():
             assert self.core.running.get(rid) is a, "a strategy switch touched in-flight work"
@@ -189,7 +189,9 @@ class CoreMachine(RuleBasedStateMachine):
         queued = {r.id for r in self.core.queue.waiting()}
         running = set(self.core.running)
         ended = set(self.checker.finished)
-        assert not (queued & running) and not (queued & ended) and not (running & ended)
+        assert not queued & running
+        assert not queued & ended
+        assert not running & ended
         assert queued | running | ended == self.submitted
         assert len(self.core.queue) == len(queued)
         assert sum(self.core.outcomes.values()) == len(ended)

@@ -21,8 +21,15 @@ def test_factor_is_max_over_min_with_a_floor() -> None:
 
 @pytest.mark.parametrize(
     ("factor", "expected"),
-    [(1.0, Band.EXCELLENT), (1.09, Band.EXCELLENT), (1.1, Band.GOOD), (1.19, Band.GOOD),
-     (1.2, Band.WATCH), (1.5, Band.WATCH), (1.51, Band.ACTION)],
+    [
+        (1.0, Band.EXCELLENT),
+        (1.09, Band.EXCELLENT),
+        (1.1, Band.GOOD),
+        (1.19, Band.GOOD),
+        (1.2, Band.WATCH),
+        (1.5, Band.WATCH),
+        (1.51, Band.ACTION),
+    ],
 )
 def test_bands(factor: float, expected: Band) -> None:
     assert band(factor) is expected

@@ -21,13 +21,18 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
+
+try:  # libyaml parses several times faster and marks lines the same way
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]  # same interface
 
 from router.config.schema import (
     AdaptiveConfig,
@@ -48,6 +53,8 @@ from router.errors import ConfigError, Problem
 __all__ = ["load_fleet", "parse_fleet"]
 
 _T = TypeVar("_T")
+_EXTENSION = "x-"
+"""Top-level keys with this prefix are ignored: a place for YAML anchors to share settings."""
 _FILE_KEY = "<file>"
 """The key named by problems with the file as a whole (unreadable, not YAML, empty)."""
 
@@ -75,7 +82,7 @@ class _Seq(list[Any]):
         self.item_lines: list[int] = []
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(_SafeLoader):
     """SafeLoader whose mappings and lists are :class:`_Map` and :class:`_Seq`."""
 
 
@@ -87,7 +94,7 @@ def _construct_map(loader: yaml.SafeLoader, node: yaml.Node) -> _Map:
     assert isinstance(node, yaml.MappingNode)
     own = {id(key) for key, _ in node.value}
     loader.flatten_mapping(node)  # resolves `<<: *anchor`; merged keys come first
-    result, written = _Map(_line(node)), set()
+    result, written = _Map(_line(node)), set[Any]()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, Hashable):
@@ -124,12 +131,14 @@ def _parse_yaml(text: str, source: str) -> Any:
         return loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        what = ": ".join(part for part in (exc.context, exc.problem) if part)
         line = mark.line + 1 if mark else None
         column = f" (column {mark.column + 1})" if mark else ""
         problem = Problem(source, line, _FILE_KEY, f"not valid YAML: {what}{column}")
-    except yaml.YAMLError as exc:
-        problem = Problem(source, None, _FILE_KEY, f"not valid YAML: {exc}")
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        what = f"{exc.reason} (character #x{exc.character:04x})"
+        problem = Problem(source, line, _FILE_KEY, f"not valid YAML: {what}")
     finally:
         loader.dispose()
     raise ConfigError([problem])
@@ -183,7 +192,7 @@ def _url(schemes: tuple[str, ...], example: str) -> Rule:
         if _url_fits(v, schemes):
             return None
         kinds = " or ".join(f"{s}://" for s in schemes)
-        return f"must be a {kinds} URL with a host and optional port, e.g. {example}; got {v!r}"
+        return f"must be a URL starting with {kinds}, with a host, e.g. {example}; got {v!r}"
 
     return check
 
@@ -268,7 +277,7 @@ _DERIVED: dict[tuple[type, str], str] = {
     (FleetConfig, "source"): "is set to the file's path; remove it",
 }
 
-_INHERITED = frozenset({(ReplicaConfig, "model"), (BrokerConfig, "cluster")})
+_INHERITED = frozenset({(ReplicaConfig, "model")})
 """Fields a file may leave out, filled from an enclosing object in ``_complete``."""
 
 
@@ -385,6 +394,8 @@ class _Reader:
             key_path = _join(path, key)
             if not isinstance(key, str):
                 self.problem(key_path, f"a key must be a string, got {_describe(key)}")
+            elif not path and key.startswith(_EXTENSION):
+                continue
             elif (cls, key) in _DERIVED:
                 self.problem(key_path, _DERIVED[cls, key])
             elif key not in fields:
@@ -418,12 +429,9 @@ class _Reader:
             return _BAD
         hints = [args[0]] * len(value) if variadic else list(args)
         self.lines.update({f"{path}[{i}]": line for i, line in enumerate(value.item_lines)})
-        items = [self.convert(v, hints[i], f"{path}[{i}]") for i, v in enumerate(value)]
-        if _ok(*items):
-            return tuple(items)
-        if dataclasses.is_dataclass(args[0]):  # keep the good objects for the later checks
-            return tuple(item for item in items if item is not _BAD)
-        return _BAD
+        items = tuple(self.convert(v, hints[i], f"{path}[{i}]") for i, v in enumerate(value))
+        # A list of objects keeps its good ones (see _each) so the later checks still see them.
+        return items if _ok(*items) or dataclasses.is_dataclass(args[0]) else _BAD
 
     def free_mapping(self, value: Any, path: str) -> Any:
         if not isinstance(value, _Map):
@@ -452,30 +460,36 @@ def _freeze(value: Any) -> Any:
 
 def _complete(r: _Reader, fleet: FleetConfig) -> FleetConfig:
     """Fill derived and inherited fields, checking what spans several objects."""
-    if fleet.router is not _BAD:
+    if _ok(fleet.router):
         _check_router(r, fleet.router)
-    nodes = fleet.nodes
-    if nodes is not _BAD:
-        nodes = tuple(_complete_node(r, f"nodes[{i}]", n, fleet.model) for i, n in enumerate(nodes))
-        _unique(r, "node name", ((f"nodes[{i}].name", n.name) for i, n in enumerate(nodes)))
-        ids = (
-            (f"nodes[{i}].replicas[{j}].id", rep.id)
-            for i, node in enumerate(nodes)
-            if node.replicas is not _BAD
-            for j, rep in enumerate(node.replicas)
-        )
-        _unique(r, "replica id", ids)
-    broker = fleet.broker
-    if broker is not _BAD:
-        if broker.cluster is None:
-            broker = dataclasses.replace(broker, cluster=fleet.cluster)
-        elif _BAD not in (broker.cluster, fleet.cluster) and broker.cluster != fleet.cluster:
-            r.problem(
-                "broker.cluster",
-                f"{broker.cluster!r} differs from the top-level cluster {fleet.cluster!r}; "
-                "MQTT topics use one cluster name, so set it once at the top",
-            )
+    nodes = tuple(_complete_node(r, p, n, fleet.model) for p, n in _each("nodes", fleet.nodes))
+    _unique(r, "node name", ((f"{p}.name", n.name) for p, n in _each("nodes", fleet.nodes)))
+    ids = (
+        (f"{q}.id", replica.id)
+        for p, node in _each("nodes", fleet.nodes)
+        for q, replica in _each(f"{p}.replicas", node.replicas)
+    )
+    _unique(r, "replica id", ids)
+    broker = _complete_broker(r, fleet.broker, fleet.cluster) if _ok(fleet.broker) else _BAD
     return dataclasses.replace(fleet, nodes=nodes, broker=broker)
+
+
+def _complete_broker(r: _Reader, broker: BrokerConfig, cluster: str) -> BrokerConfig:
+    if "broker.cluster" not in r.lines:  # not written: the top level's applies
+        return dataclasses.replace(broker, cluster=cluster)
+    if _ok(broker.cluster, cluster) and broker.cluster != cluster:
+        r.problem(
+            "broker.cluster",
+            f"{broker.cluster!r} differs from the top-level cluster {cluster!r}; "
+            "MQTT topics use one cluster name, so set it once at the top",
+        )
+    return broker
+
+
+def _each(path: str, items: Any) -> Iterator[tuple[str, Any]]:
+    """(dotted key, item) for each readable item of a list that may itself be unreadable."""
+    if _ok(items):
+        yield from ((f"{path}[{i}]", item) for i, item in enumerate(items) if _ok(item))
 
 
 def _check_router(r: _Reader, router: RouterConfig) -> None:
@@ -498,17 +512,15 @@ def _unique(r: _Reader, what: str, entries: Iterable[tuple[str, Any]]) -> None:
 
 
 def _complete_node(r: _Reader, path: str, node: NodeConfig, model: str | None) -> NodeConfig:
-    gpus: tuple[GpuConfig, ...] = () if node.gpus is _BAD else node.gpus
-    _unique(r, "GPU index", ((f"{path}.gpus[{j}].index", g.index) for j, g in enumerate(gpus)))
-    # With a GPU index unreadable, every reference to it would be a second, false problem.
-    readable = node.gpus is not _BAD and all(g.index is not _BAD for g in gpus)
-    models = {g.index: g.model for g in reversed(gpus)} if readable else None
-    if node.replicas is _BAD:
-        return node
+    gpus = list(_each(f"{path}.gpus", node.gpus))
+    _unique(r, "GPU index", ((f"{p}.index", g.index) for p, g in gpus))
+    # With a GPU unreadable, each reference to it would be a second, false problem.
+    readable = _ok(node.gpus) and all(_ok(g) and _ok(g.index) for g in node.gpus)
+    models = {g.index: g.model for _, g in reversed(gpus)} if readable else None
     users: dict[int, tuple[str, str]] = {}
     replicas = tuple(
-        _complete_replica(r, f"{path}.replicas[{j}]", rep, node.name, models, users, model)
-        for j, rep in enumerate(node.replicas)
+        _complete_replica(r, p, replica, node.name, models, users, model)
+        for p, replica in _each(f"{path}.replicas", node.replicas)
     )
     return dataclasses.replace(node, replicas=replicas)
 
@@ -546,7 +558,7 @@ def _gpu_model(
         if index not in models:
             known = ", ".join(str(i) for i in sorted(models)) or "none"
             r.problem(item, f"GPU {index} is not one of the node's GPUs ({known})")
-        elif index in users and users[index][0] == path:
+        elif index in replica.gpus[:k]:
             r.problem(item, f"GPU {index} is listed twice")
         elif index in users:
             user_path, user_id = users[index]
@@ -556,7 +568,8 @@ def _gpu_model(
             users[index] = (path, replica.id)
     found = sorted({models[i] for i in replica.gpus if i in models and models[i] is not _BAD})
     if len(found) > 1:
-        r.problem(f"{path}.gpus", f"spans GPUs of different models ({', '.join(found)})")
+        mixed = ", ".join(found)
+        r.problem(f"{path}.gpus", f"a tensor-parallel replica needs one GPU model, not {mixed}")
     return found[0] if len(found) == 1 else typing.cast(str, _BAD)
 
 

@@ -86,7 +86,9 @@ class NvmlSampler:
     """Reads every GPU of this node through NVML; use as a context manager or init/shutdown.
 
     ``nvml`` is the pynvml module or a stand-in with the same functions (default: pynvml,
-    imported by :meth:`init`). ``wall_clock`` gives the Unix time stamped on each reading.
+    imported by :meth:`init`). ``wall_clock`` gives the Unix time stamped on each reading;
+    ``period_s`` is the sample period the messages announce; ``read_pcie=False`` skips the
+    PCIe counters, which block about 40 ms per GPU.
     """
 
     def __init__(
@@ -95,11 +97,14 @@ class NvmlSampler:
         *,
         wall_clock: Callable[[], float] = time.time,
         period_s: float = 1.0,
+        read_pcie: bool = True,
     ) -> None:
         self._given = nvml
         self._nvml: Any = None
         self._wall_clock = wall_clock
         self.period_s = period_s
+        self.read_pcie = read_pcie
+        """PCIe throughput costs about 40 ms per GPU per sample (two 20 ms NVML windows)."""
         self.field_errors: dict[int, dict[str, str]] = {}
         """Per GPU index, the fields the last reading left out and why."""
         self.system_errors: dict[str, str] = {}
@@ -176,7 +181,12 @@ class NvmlSampler:
     def sample(
         self, node: str, session: int, seq: int, replica_map: Mapping[int, str] | None = None
     ) -> GpuBatch:
-        """Read every GPU now (blocking); ``replica_map`` says which replica each index serves."""
+        """Read every GPU now; ``replica_map`` says which replica each GPU index serves.
+
+        Blocks (about 45 ms per GPU with PCIe counters, a few ms without): call it from one
+        worker thread at a time, e.g. ``asyncio.to_thread``. A GPU count NVML will not give is
+        a TelemetryError; everything that goes wrong with one GPU stays in that GPU's entry.
+        """
         ts = self._wall_clock()
         gpus = self._per_gpu(self._sample_one, replica_map or {})
         return GpuBatch(
@@ -204,7 +214,7 @@ class NvmlSampler:
             read = self._reader(index, errors)
             if read is None:
                 return GpuSample(index=index, replica=replica, error=errors["handle"])
-            sample = _read_gpu(read, index, replica)
+            sample = _read_gpu(read, index, replica, self.read_pcie)
         except _GpuLostError as lost:
             uuid, name = self._identity.get(index, (None, None))
             return GpuSample(index, uuid, name, replica=replica, lost=True, error=lost.reason)
@@ -219,7 +229,7 @@ class NvmlSampler:
                 return GpuInventory(index=index)
             uuid = _text(read.call("nvmlDeviceGetUUID", fields=("uuid",)))
             name = _text(read.call("nvmlDeviceGetName", fields=("name",)))
-            memory = read.call("nvmlDeviceGetMemoryInfo", fields=("memory_total_mib",))
+            memory = _memory(read)
             total = read.keep("memory_total_mib", None if memory is None else memory.total // MIB)
         except _GpuLostError:
             return GpuInventory(index=index, lost=True)
@@ -282,11 +292,22 @@ class _Reader:
     def field(self, name: str, fn: str, *args: Any, convert: Callable[[int], float] = int) -> Any:
         return self.keep(name, self.call(fn, *args, fields=(name,)), convert)
 
+    def newest(self, calls: Sequence[tuple[Any, ...]], fields: tuple[str, ...]) -> Any:
+        """The first of ``calls`` (function name, args...) that this pynvml and driver know."""
+        known = [c for c in calls if hasattr(self.nvml, c[0])]
+        for n, (fn, *args) in enumerate(known):
+            value = self.call(fn, *args, fields=fields)
+            if n == len(known) - 1 or self.last_code not in _too_old(self.nvml):
+                return value
+            for name in fields:
+                self.errors.pop(self.prefix + name, None)
+        return None
 
-def _read_gpu(read: _Reader, index: int, replica: str | None) -> GpuSample:
+
+def _read_gpu(read: _Reader, index: int, replica: str | None, pcie: bool) -> GpuSample:
     nvml = read.nvml
     util = read.call("nvmlDeviceGetUtilizationRates", fields=("gpu_util_pct", "mem_util_pct"))
-    memory = read.call("nvmlDeviceGetMemoryInfo", fields=("fb_used_mib", "fb_total_mib"))
+    memory = _memory(read)
     return GpuSample(
         index=index,
         uuid=_text(read.call("nvmlDeviceGetUUID", fields=("uuid",))),
@@ -301,28 +322,33 @@ def _read_gpu(read: _Reader, index: int, replica: str | None) -> GpuSample:
         ),
         temp_c=_temperature(read),
         sm_clock_mhz=read.field("sm_clock_mhz", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM),
-        pcie_tx_kib_s=read.field(
-            "pcie_tx_kib_s", "nvmlDeviceGetPcieThroughput", nvml.NVML_PCIE_UTIL_TX_BYTES
-        ),
-        pcie_rx_kib_s=read.field(
-            "pcie_rx_kib_s", "nvmlDeviceGetPcieThroughput", nvml.NVML_PCIE_UTIL_RX_BYTES
-        ),
+        pcie_tx_kib_s=_pcie(read, "pcie_tx_kib_s", nvml.NVML_PCIE_UTIL_TX_BYTES) if pcie else None,
+        pcie_rx_kib_s=_pcie(read, "pcie_rx_kib_s", nvml.NVML_PCIE_UTIL_RX_BYTES) if pcie else None,
         replica=replica,
         mig=_mig_devices(read),
         processes=_processes(read),
     )
 
 
+def _pcie(read: _Reader, name: str, counter: int) -> Any:
+    """PCIe throughput; NVML counts bytes for 20 ms, so each call blocks about 20 ms."""
+    return read.field(name, "nvmlDeviceGetPcieThroughput", counter)
+
+
 def _temperature(read: _Reader) -> Any:
     """GPU temperature: nvmlDeviceGetTemperatureV where the driver has it, else the old call."""
-    nvml = read.nvml
-    if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
-        value = read.field("temp_c", "nvmlDeviceGetTemperatureV", nvml.NVML_TEMPERATURE_GPU)
-        too_old = (nvml.NVML_ERROR_FUNCTION_NOT_FOUND, nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        if read.last_code not in too_old:
-            return value
-        read.errors.pop(read.prefix + "temp_c", None)
-    return read.field("temp_c", "nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)
+    sensor = read.nvml.NVML_TEMPERATURE_GPU
+    calls = [("nvmlDeviceGetTemperatureV", sensor), ("nvmlDeviceGetTemperature", sensor)]
+    return read.keep("temp_c", read.newest(calls, fields=("temp_c",)))
+
+
+def _memory(read: _Reader) -> Any:
+    """Memory info, v2 where the driver has it: its ``used`` leaves out driver-reserved memory,
+    as nvidia-smi and DCGM do; v1 counts it as used."""
+    calls: list[tuple[Any, ...]] = [("nvmlDeviceGetMemoryInfo",)]
+    if hasattr(read.nvml, "nvmlMemory_v2"):
+        calls.insert(0, ("nvmlDeviceGetMemoryInfo", read.nvml.nvmlMemory_v2))
+    return read.newest(calls, fields=("fb_used_mib", "fb_total_mib"))
 
 
 def _mig_devices(read: _Reader) -> tuple[MigDevice, ...] | None:
@@ -344,7 +370,7 @@ def _mig_devices(read: _Reader) -> tuple[MigDevice, ...] | None:
 
 
 def _mig_device(read: _Reader, slot: int) -> MigDevice:
-    memory = read.call("nvmlDeviceGetMemoryInfo", fields=("fb_used_mib", "fb_total_mib"))
+    memory = _memory(read)
     return MigDevice(
         index=slot,
         uuid=_text(read.call("nvmlDeviceGetUUID", fields=("uuid",))),
@@ -378,6 +404,11 @@ def _text(value: Any) -> str | None:
         return None
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     return _CONTROL.sub("", text)[:MAX_TEXT]
+
+
+def _too_old(nvml: Any) -> tuple[int, int]:
+    """Codes that mean this driver lacks a newer call, so the older one is worth a try."""
+    return (nvml.NVML_ERROR_FUNCTION_NOT_FOUND, nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
 
 
 def _is_lost(nvml: Any, exc: BaseException) -> bool:
@@ -434,7 +465,7 @@ def reading(sampler: NvmlSampler, node: str) -> dict[str, object]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, nvml: Any = None) -> int:
     """Print the birth inventory and one GPU reading; exit 2 when NVML is unavailable."""
     parser = argparse.ArgumentParser(
         prog="python -m router.telemetry.nvml_sampler",
@@ -443,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--node", default=socket.gethostname(), help="node name to report")
     args = parser.parse_args(argv)
     try:
-        with NvmlSampler() as sampler:
+        with NvmlSampler(nvml) as sampler:
             report = reading(sampler, args.node)
     except NvmlUnavailableError as exc:
         print(f"gpurouter: {exc}", file=sys.stderr)

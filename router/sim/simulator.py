@@ -1,0 +1,282 @@
+"""The fleet simulator: the real router core on a virtual clock, over emulated engines.
+
+Discrete-event: arrivals, engine steps and timers are events on one heap; the clock jumps from
+one to the next. The core (queue, strategy, dispatch) is the very code the live router runs;
+only the replicas are models (``router.sim.engine``). Everything random comes from one seed,
+so the same seed gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from router.clock import ManualClock
+from router.config.schema import FleetConfig, StrategyConfig
+from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
+from router.imbalance import imbalance_factor
+from router.perf.profiles import ProfileCatalog, default_catalog
+from router.request import Request
+from router.sim.engine import Engine, Sequence
+from router.sim.replica_model import engine_for
+from router.sim.workload import Arrival
+from router.stats import percentile
+
+ARRIVAL, STEP, EXPIRE, TUNE = range(4)
+WARMUP_SHARE = 0.2
+
+
+@dataclass(slots=True)
+class _Record:
+    arrival: float
+    first_token: float | None = None
+    end: float | None = None
+    outcome: Outcome | None = None
+    output_tokens: int = 0
+    replica: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaResult:
+    id: str
+    gpu_model: str
+    completed: int
+    throughput_rps: float
+    capacity_rps: float
+    utilization: float
+    """Work sent to the replica over its capacity (requests dispatched per second over its
+    saturation rate), at most 1: an overloaded replica reads 1 even while it thrashes."""
+    busy_fraction: float
+    """Share of the time the engine was stepping (what NVML calls utilization)."""
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    strategy: str
+    duration_s: float
+    offered: int
+    completed: int
+    failed: int
+    rejected: int
+    expired: int
+    unfinished: int
+    """Still queued or running when the run stopped (not lost: the run was cut off)."""
+    lost_requests: int
+    """Submitted but in no ending and not in flight: must be 0."""
+    throughput_rps: float
+    output_tokens_per_s: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p50_s: float | None
+    e2e_p99_s: float | None
+    replicas: tuple[ReplicaResult, ...]
+
+    @property
+    def imbalance_factor(self) -> float:
+        return imbalance_factor(r.utilization for r in self.replicas)
+
+    def utilization_by_gpu_model(self) -> dict[str, float]:
+        groups: dict[str, list[float]] = {}
+        for r in self.replicas:
+            groups.setdefault(r.gpu_model, []).append(r.utilization)
+        return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
+class Simulation(CoreListener):
+    def __init__(
+        self,
+        fleet: FleetConfig,
+        strategy: str,
+        *,
+        seed: int = 0,
+        strategy_params: Mapping[str, Any] | None = None,
+        catalog: ProfileCatalog | None = None,
+        capacities: Mapping[str, float] | None = None,
+    ) -> None:
+        settings = replace(
+            fleet.router, strategy=StrategyConfig(strategy, dict(strategy_params or {}))
+        )
+        self.fleet = replace(fleet, router=settings)
+        self.clock = ManualClock()
+        self.core = RouterCore(self.fleet, clock=self.clock, rng=random.Random(seed))
+        self.core.listeners.append(self)
+        catalog = catalog or default_catalog()
+        self.engines: list[Engine] = [engine_for(r.config, catalog) for r in self.core.pool]
+        self.capacities = dict(capacities or {})
+        self._stepping = [False] * len(self.engines)
+        self._events: list[tuple[float, int, int, int]] = []
+        self._seq = 0
+        self._live: dict[str, Assignment] = {}
+        self._records: dict[str, _Record] = {}
+        self._pending: Arrival | None = None
+        self._dispatched = [0] * len(self.engines)
+        self._duration = 0.0
+
+    # ---- core listener ---------------------------------------------------------------------
+
+    def on_assign(self, a: Assignment) -> None:
+        i = a.replica.index
+        req = a.request
+        self._live[req.id] = a
+        if self.clock.now > WARMUP_SHARE * self._duration:
+            self._dispatched[i] += 1
+        self.engines[i].add(Sequence(req.id, req.prompt_tokens, req.max_tokens))
+        if not self._stepping[i]:
+            self._kick(i)
+
+    def on_cancel(self, a: Assignment) -> None:
+        self._live.pop(a.request.id, None)
+        self.engines[a.replica.index].cancel(a.request.id)
+
+    def on_finish(self, finished: Finished) -> None:
+        rec = self._records[finished.request.id]
+        rec.end = finished.time
+        rec.outcome = finished.outcome
+        rec.replica = finished.replica
+
+    # ---- the event loop --------------------------------------------------------------------
+
+    def run(
+        self, arrivals: Iterable[Arrival], duration_s: float, drain_s: float = 60.0
+    ) -> SimResult:
+        """Feed ``arrivals`` (sorted by time) for ``duration_s``, then let work finish for up
+        to ``drain_s`` more virtual seconds."""
+        self._duration = duration_s
+        source = iter(arrivals)
+        self._next_arrival(source)
+        self._push(1.0, EXPIRE, 0)
+        interval = self.fleet.router.adaptive.interval_s
+        tuning = self.fleet.router.adaptive.weights or self.fleet.router.adaptive.batch_sizes
+        if tuning:
+            self._push(interval, TUNE, 0)
+        stop = duration_s + drain_s
+        while self._events:
+            t, _, kind, index = heapq.heappop(self._events)
+            if t > stop:
+                break
+            self.clock.now = t
+            if kind == ARRIVAL:
+                self._arrive(source, duration_s)
+            elif kind == STEP:
+                self._step_done(index)
+            elif kind == EXPIRE:
+                self.core.expire()
+                if self._busy():
+                    self._push(t + 1.0, EXPIRE, 0)
+            elif kind == TUNE:
+                self.core.tune()
+                if self._busy():
+                    self._push(t + interval, TUNE, 0)
+        return self._result(duration_s)
+
+    def _busy(self) -> bool:
+        return self._pending is not None or bool(self.core.running) or len(self.core.queue) > 0
+
+    def _push(self, t: float, kind: int, index: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, index))
+
+    def _next_arrival(self, source: Iterator[Arrival]) -> None:
+        self._pending = next(source, None)
+        if self._pending is not None:
+            self._push(self._pending.time, ARRIVAL, 0)
+
+    def _arrive(self, source: Iterator[Arrival], duration_s: float) -> None:
+        arrival = self._pending
+        assert arrival is not None
+        if arrival.time < duration_s:
+            rid = f"s{len(self._records)}"
+            self._records[rid] = _Record(arrival.time)
+            req = Request(rid, arrival.prompt_tokens, arrival.output_tokens, arrival=arrival.time)
+            self.core.submit(req)
+            self._next_arrival(source)
+        else:
+            self._pending = None
+
+    def _kick(self, i: int) -> None:
+        duration = self.engines[i].start_step()
+        self._stepping[i] = duration > 0
+        if duration > 0:
+            self._push(self.clock.now + duration, STEP, i)
+
+    def _step_done(self, i: int) -> None:
+        self._stepping[i] = False
+        out = self.engines[i].finish_step()
+        for seq in out.first_tokens:
+            a = self._live.get(seq.id)
+            if a is not None:
+                self._records[seq.id].first_token = self.clock.now
+                self.core.first_byte(a)
+        for seq in out.finished:
+            a = self._live.pop(seq.id, None)
+            if a is not None:
+                self._records[seq.id].output_tokens = seq.output_tokens
+                self.core.complete(a, seq.output_tokens)
+        if not self._stepping[i]:
+            self._kick(i)
+
+    # ---- results ---------------------------------------------------------------------------
+
+    def _result(self, duration_s: float) -> SimResult:
+        recs = list(self._records.values())
+        by = {o: sum(1 for r in recs if r.outcome is o) for o in Outcome}
+        unfinished = len(self.core.running) + len(self.core.queue)
+        done = [r for r in recs if r.outcome is Outcome.COMPLETED]
+        # Throughput is read in steady state: after a warm-up fifth of the run, before the end.
+        start = WARMUP_SHARE * duration_s
+        in_window = [r for r in done if r.end is not None and start < r.end <= duration_s]
+        window = duration_s - start
+        # A request that never produced a token waited longer than any that did.
+        ttft = [
+            (r.first_token - r.arrival) if r.first_token is not None else math.inf
+            for r in recs
+            if r.outcome in (Outcome.COMPLETED, Outcome.EXPIRED, None)
+        ]
+        e2e = [r.end - r.arrival for r in done if r.end is not None]
+        served: dict[str | None, int] = {}
+        for r in in_window:
+            served[r.replica] = served.get(r.replica, 0) + 1
+        replicas = tuple(
+            self._replica_result(i, served.get(rep.id, 0), window)
+            for i, rep in enumerate(self.core.pool)
+        )
+        return SimResult(
+            strategy=self.core.strategy.name,
+            duration_s=duration_s,
+            offered=len(recs),
+            completed=by[Outcome.COMPLETED],
+            failed=by[Outcome.FAILED],
+            rejected=by[Outcome.REJECTED],
+            expired=by[Outcome.EXPIRED],
+            unfinished=unfinished,
+            lost_requests=len(recs) - sum(by.values()) - unfinished,
+            throughput_rps=len(in_window) / window,
+            output_tokens_per_s=sum(r.output_tokens for r in in_window) / window,
+            ttft_p50_s=percentile(ttft, 0.5),
+            ttft_p99_s=percentile(ttft, 0.99),
+            e2e_p50_s=percentile(e2e, 0.5),
+            e2e_p99_s=percentile(e2e, 0.99),
+            replicas=replicas,
+        )
+
+    def _replica_result(self, i: int, completed: int, window_s: float) -> ReplicaResult:
+        r = self.core.pool.replicas[i]
+        engine = self.engines[i]
+        capacity = self.capacities.get(r.id, 0.0)
+        rps = completed / window_s
+        offered = self._dispatched[i] / window_s
+        return ReplicaResult(
+            id=r.id,
+            gpu_model=r.config.gpu_model,
+            completed=completed,
+            throughput_rps=rps,
+            capacity_rps=capacity,
+            utilization=min(1.0, offered / capacity) if capacity > 0 else 0.0,
+            busy_fraction=min(1.0, engine.busy_seconds / self._duration),
+            preemptions=engine.preemptions,
+        )

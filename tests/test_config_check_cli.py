@@ -1,0 +1,109 @@
+"""`gpurouter config check` and `gpurouter strategies`: what they print and how they exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.cli import main
+from router.strategies import STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "fleets"
+
+BROKEN = """\
+model: m
+nodes:
+  - name: n0
+    gpus: [{index: 0, model: A100-80GB, memory_gib: 80}]
+    replicas:
+      - {id: r0, endpoint: "http://127.0.0.1:18001", gpus: [0], wieght: 2}
+      - {id: r0, endpoint: "http://127.0.0.1:18002", gpus: [3], batch_size: 0}
+router:
+  strategy: {name: fastest}
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "summary"),
+    [
+        ("mixed-a100-v100.yaml", "ok: 2 nodes, 8 GPUs, 8 replicas"),
+        ("h100-a100-l4.yaml", "ok: 3 nodes, 8 GPUs, 8 replicas"),
+        ("tensor-parallel-70b.yaml", "ok: 3 nodes, 12 GPUs, 6 replicas"),
+    ],
+)
+def test_check_prints_a_summary_and_exits_0_for_a_good_file(
+    name: str, summary: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "check", str(EXAMPLES / name)]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"{summary}\n", "")
+
+
+def test_check_prints_every_problem_then_a_count_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN)
+    assert main(["config", "check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"{path}:6: nodes[0].replicas[0].wieght: unknown key 'wieght'; did you mean 'weight'?",
+        f"{path}:7: nodes[0].replicas[1].batch_size: must be >= 1, got 0",
+        f"{path}:7: nodes[0].replicas[1].gpus[0]: GPU 3 is not one of the node's GPUs (0)",
+        f"{path}:7: nodes[0].replicas[1].id: duplicate replica id 'r0' (first at line 6)",
+        f"{path}:9: router.strategy.name: unknown strategy 'fastest'; expected one of: "
+        + ", ".join(sorted(STRATEGIES)),
+        f"5 problem(s) in {path}",
+    ]
+
+
+def test_check_of_a_missing_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "absent.yaml"
+    assert main(["config", "check", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{path}: <file>: cannot read: No such file or directory",
+        f"1 problem(s) in {path}",
+    ]
+
+
+def test_check_runs_as_a_module_in_its_own_process() -> None:
+    """`python -m console.cli config check FILE` works as installed scripts will call it."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "console.cli",
+            "config",
+            "check",
+            "examples/fleets/mixed-a100-v100.yaml",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        "ok: 2 nodes, 8 GPUs, 8 replicas\n",
+        "",
+    )
+
+
+def test_strategies_lists_every_strategy_in_aligned_columns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["strategies"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["NAME", "SUMMARY"]
+    column = header.index("SUMMARY")
+    assert [row[:column].strip() for row in rows] == list(STRATEGIES)
+    assert [row[column:] for row in rows] == [cls.summary for cls in STRATEGIES.values()]
