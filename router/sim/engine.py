@@ -81,6 +81,7 @@ class Engine:
         self.busy_seconds = 0.0
         self.preemptions = 0
         self._cancel_after_step: list[str] = []
+        self._planned_kv = 0
 
     @property
     def running(self) -> int:
@@ -125,6 +126,8 @@ class Engine:
         """Compose the next step; returns its duration in seconds (0 when idle)."""
         preempted = self._make_room(len(self.decoding))
         budget = self.max_batched_tokens - len(self.decoding)
+        # KV cache this step will hold once its decode tokens and prefill chunks are written.
+        self._planned_kv = self.kv_used + len(self.decoding)
         chunks: list[tuple[Sequence, int]] = []
         for seq in self.prefilling:
             budget -= self._chunk(seq, budget, chunks)
@@ -134,7 +137,7 @@ class Engine:
         reserve = self.kv_capacity // 100 + BLOCK_TOKENS * len(self.decoding)
         while self.waiting and budget > 0 and self.running < self.max_num_seqs and not preempted:
             seq = self.waiting[0]
-            if self.kv_used + seq.need + reserve > self.kv_capacity:
+            if self._planned_kv + seq.need + reserve > self.kv_capacity:
                 break
             self.waiting.popleft()
             self._admitted += 1
@@ -162,8 +165,9 @@ class Engine:
         self.decode_context += n_decode
         heap = self._finish_heap
         while heap and heap[0][0] <= self.step_no:
-            _, _, seq = heapq.heappop(heap)
-            if self.decoding.get(seq.id) is seq:
+            _, admitted, seq = heapq.heappop(heap)
+            # An entry from before a preemption is stale: the sequence was admitted again.
+            if self.decoding.get(seq.id) is seq and seq.admitted == admitted:
                 self._retire(seq, out)
         for seq, n in chunks:
             seq.prefilled += n
@@ -177,9 +181,10 @@ class Engine:
         return out
 
     def _chunk(self, seq: Sequence, budget: int, chunks: list[tuple[Sequence, int]]) -> int:
-        n = min(seq.need - seq.prefilled, budget, self.kv_capacity - self.kv_used)
+        n = min(seq.need - seq.prefilled, budget, self.kv_capacity - self._planned_kv)
         if n > 0:
             chunks.append((seq, n))
+            self._planned_kv += n
             return n
         return 0
 
