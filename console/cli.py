@@ -24,6 +24,12 @@ def _build_parser() -> argparse.ArgumentParser:
     from console import sim_command
 
     sim_command.add_arguments(sub.add_parser("sim", help="compare strategies on the simulator"))
+
+    from console import emulate_command
+
+    emulate_command.add_arguments(
+        sub.add_parser("emulate", help="serve a fleet's replicas as emulated vLLM servers")
+    )
     return parser
 
 
@@ -37,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from console.sim_command import run
 
         return run(args, sys.stdout)
+    if args.command == "emulate":
+        from console.emulate_command import run as run_emulate
+
+        return run_emulate(args, sys.stdout, sys.stderr)
     if args.command == "strategies":
         from console.strategies_list import print_strategies
 

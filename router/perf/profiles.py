@@ -63,6 +63,17 @@ class GpuProfile:
     """Other names for the same card, matched without regard to case."""
     source: str = ""
     """Where the figures come from."""
+    tdp_w: float | None = None
+    """Board power limit (TDP) in watts, as the datasheet gives it; None when unknown."""
+    idle_w: float | None = None
+    """Power drawn when idle, in watts; None means 17% of ``tdp_w`` (a typical idle draw)."""
+
+    @property
+    def idle_power_w(self) -> float | None:
+        """Idle power in watts: ``idle_w``, else 17% of ``tdp_w``; None when neither is known."""
+        if self.idle_w is not None:
+            return self.idle_w
+        return None if self.tdp_w is None else 0.17 * self.tdp_w
 
     @property
     def peak_flops(self) -> float:
@@ -230,6 +241,8 @@ _GPU_FIELDS: Mapping[str, tuple[Check, bool]] = {
     "memory_mib": (_positive_int, True),
     "aliases": (_names, False),
     "source": (_text, False),
+    "tdp_w": (_positive_number, False),
+    "idle_w": (_positive_number, False),
 }
 """Each GPU field's check and whether it is required."""
 
@@ -256,7 +269,13 @@ def _build_gpu(name: str, fields: Mapping[str, Any]) -> GpuProfile:
         memory_mib=fields["memory_mib"],
         aliases=tuple(fields.get("aliases", ())),
         source=fields.get("source", ""),
+        tdp_w=_optional_float(fields.get("tdp_w")),
+        idle_w=_optional_float(fields.get("idle_w")),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _build_model(name: str, fields: Mapping[str, Any]) -> ModelProfile:
