@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from router.config import load_fleet
+from router.config import load_fleet, unprofiled_kinds
 from router.errors import ConfigError
 
 
 def run_check(path: str, out: TextIO, err: TextIO) -> int:
-    """Print a one-line summary (exit 0), or every problem in the file (exit 2)."""
+    """Print a one-line summary (exit 0), or every problem in the file (exit 2).
+
+    After the summary, a note names each replica kind with no performance profile: routing
+    does not need one, so it is no problem, but the emulator and the simulator cannot run it.
+    """
     try:
         fleet = load_fleet(path)
+        unprofiled = unprofiled_kinds(fleet)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=err)
@@ -19,4 +24,7 @@ def run_check(path: str, out: TextIO, err: TextIO) -> int:
         return 2
     nodes, gpus, replicas = len(fleet.nodes), fleet.gpu_count, len(fleet.replicas)
     print(f"ok: {nodes} nodes, {gpus} GPUs, {replicas} replicas", file=out)
+    for model, gpu in unprofiled:
+        note = f"note: no performance profile for {model} on {gpu}"
+        print(f"{note}; the emulator and simulator cannot model it", file=out)
     return 0

@@ -62,6 +62,83 @@ def test_check_prints_every_problem_then_a_count_and_exits_2(
     ]
 
 
+def test_check_notes_each_replica_kind_without_a_profile_and_still_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model gpurouter cannot model is fine for routing: a note on stdout, not a problem."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "model: my-org/custom-7b\n"
+        "nodes:\n"
+        "  - name: n0\n"
+        "    gpus:\n"
+        "      - {index: 0, model: A100-80GB, memory_gib: 80}\n"
+        "      - {index: 1, model: A100-80GB, memory_gib: 80}\n"
+        "      - {index: 2, model: MI300X, memory_gib: 192}\n"
+        "    replicas:\n"
+        "      - {id: r0, endpoint: 'http://127.0.0.1:18001', gpus: [0]}\n"
+        "      - {id: r1, endpoint: 'http://127.0.0.1:18002', gpus: [1]}\n"
+        "      - {id: r2, endpoint: 'http://127.0.0.1:18003', gpus: [2],"
+        " model: meta-llama/Llama-3.1-8B}\n"
+    )
+    assert main(["config", "check", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        "ok: 1 nodes, 3 GPUs, 3 replicas",
+        "note: no performance profile for my-org/custom-7b on A100-80GB; "
+        "the emulator and simulator cannot model it",
+        "note: no performance profile for meta-llama/Llama-3.1-8B on MI300X; "
+        "the emulator and simulator cannot model it",
+    ]
+
+
+def test_check_catches_parameters_the_strategy_does_not_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text(
+        "model: meta-llama/Llama-3.1-8B\n"
+        "nodes:\n"
+        "  - name: n0\n"
+        "    gpus: [{index: 0, model: A100-80GB, memory_gib: 80}]\n"
+        "    replicas: [{id: r0, endpoint: 'http://127.0.0.1:18001', gpus: [0]}]\n"
+        "router:\n"
+        "  strategy:\n"
+        "    name: round-robin\n"
+        "    params: {foo: 1}\n"
+    )
+    assert main(["config", "check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"{path}:9: router.strategy.params: round-robin takes no parameter 'foo'",
+        f"1 problem(s) in {path}",
+    ]
+
+
+def test_check_reports_a_problem_in_a_profile_file_the_fleet_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mine.yaml").write_text("gpus:\n  X1: {fp16_tflops: 1, bf16: true}\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "model: meta-llama/Llama-3.1-8B\n"
+        "profiles: [mine.yaml]\n"
+        "nodes:\n"
+        "  - name: n0\n"
+        "    gpus: [{index: 0, model: X1, memory_gib: 80}]\n"
+        "    replicas: [{id: r0, endpoint: 'http://127.0.0.1:18001', gpus: [0]}]\n"
+    )
+    assert main(["config", "check", str(path)]) == 2
+    mine = tmp_path / "mine.yaml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"{mine}:2: gpus.X1.bandwidth_gbs: missing",
+        f"{mine}:2: gpus.X1.memory_mib: missing",
+        f"2 problem(s) in {path}",
+    ]
+
+
 def test_check_of_a_missing_file_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,8 +20,10 @@ from router.config import (
     RouterConfig,
     load_fleet,
     parse_fleet,
+    unprofiled_kinds,
 )
 from router.errors import ConfigError, Problem
+from router.perf import load_catalog
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "fleets"
 FILE = "fleet.yaml"
@@ -87,12 +89,15 @@ def test_example_fleets_load_with_their_counts(
 
 
 def test_mixed_example_weighs_a100_above_v100() -> None:
-    """A100 replicas carry more weight, bigger batches and the strong tier."""
+    """A100 replicas carry more weight, more KV cache and the strong tier; batch sizes are
+    the engine's own limit on both, as most deployments leave them."""
     fleet = load_fleet(EXAMPLES / "mixed-a100-v100.yaml")
     by_gpu = {r.gpu_model: r for r in fleet.replicas}
     a100, v100 = by_gpu["A100-80GB"], by_gpu["V100-32GB"]
     assert a100.weight / v100.weight == pytest.approx(2.2)
-    assert (a100.batch_size, v100.batch_size) == (64, 32)
+    assert (a100.batch_size, v100.batch_size) == (256, 256)
+    assert a100.kv_capacity_tokens is not None and v100.kv_capacity_tokens is not None
+    assert a100.kv_capacity_tokens > 4 * v100.kv_capacity_tokens
     assert (a100.tier, v100.tier) == ("strong", "standard")
     assert [r.endpoint[-5:] for r in fleet.replicas] == [str(p) for p in range(18001, 18009)]
     assert fleet.router.strategy.name == "weighted-least-connections"
@@ -126,18 +131,12 @@ def test_minimal_fleet_takes_the_documented_defaults() -> None:
     )
     assert fleet.router == RouterConfig()
     assert fleet.broker == BrokerConfig()
-    assert (fleet.cluster, fleet.source) == ("default", None)
+    assert (fleet.cluster, fleet.profiles, fleet.source) == ("default", (), None)
 
 
 def test_replica_model_overrides_the_fleet_model() -> None:
     fleet = parse_fleet(fleet_text("        model: other"), FILE)
     assert fleet.replicas[0].model == "other"
-
-
-@pytest.mark.parametrize("broker", ["broker: {url: embedded}", "x-no-broker: 1"])
-def test_broker_cluster_defaults_to_the_top_level_cluster(broker: str) -> None:
-    fleet = parse_fleet(fleet_text("cluster: lab", broker), FILE)
-    assert fleet.broker.cluster == "lab"
 
 
 def test_ints_are_accepted_where_floats_are_expected() -> None:
@@ -153,14 +152,13 @@ def test_tags_and_bounds_become_tuples() -> None:
     assert fleet.router.adaptive.batch_bounds == (2, 64)
 
 
-def test_strategy_params_are_a_frozen_free_mapping() -> None:
-    text = fleet_text("router: {strategy: {name: round-robin, params: {k: [1, {x: 2}]}}}")
+def test_strategy_params_are_a_frozen_mapping() -> None:
+    text = fleet_text("router: {strategy: {name: tiered, params: {heavy_tokens: 4096}}}")
     params = parse_fleet(text, FILE).router.strategy.params
     assert isinstance(params, MappingProxyType)
-    assert params["k"][0] == 1
-    assert params["k"][1]["x"] == 2
+    assert params == {"heavy_tokens": 4096}
     with pytest.raises(TypeError):
-        params["k"] = 2  # type: ignore[index]  # the point: a read-only mapping refuses it
+        params["heavy_tokens"] = 2  # type: ignore[index]  # the point: a read-only mapping
 
 
 def test_top_level_x_keys_hold_anchors_that_replicas_merge() -> None:
@@ -398,9 +396,29 @@ def test_good_broker_urls_load(url: str) -> None:
     assert parse_fleet(fleet_text(f"broker: {{url: '{url}'}}"), FILE).broker.url == url
 
 
-def test_broker_cluster_must_match_the_top_level_cluster() -> None:
-    text = fleet_text("cluster: lab", "broker:", "  cluster: prod")
-    assert_problem(text, 13, "broker.cluster", "'prod' differs", "'lab'")
+def test_cluster_under_broker_is_an_unknown_key_that_points_to_the_top() -> None:
+    """The cluster is set once, at the top; the broker has no cluster of its own."""
+    text = fleet_text("cluster: lab", "broker:", "  cluster: lab")
+    assert_problem(
+        text, 13, "broker.cluster", "unknown key 'cluster'", "cluster is set at the top of the file"
+    )
+    assert not hasattr(BrokerConfig(), "cluster")
+
+
+def test_unknown_strategy_params_are_a_problem_at_the_params_line() -> None:
+    text = fleet_text("router:", "  strategy:", "    name: round-robin", "    params: {foo: 1}")
+    assert_problem(text, 14, "router.strategy.params", "round-robin takes no parameter 'foo'")
+
+
+def test_a_bad_strategy_param_value_is_a_problem_in_the_strategys_words() -> None:
+    text = fleet_text("router:", "  strategy: {name: tiered, params: {heavy_tokens: 0}}")
+    assert_problem(text, 12, "router.strategy.params", "heavy_tokens must be at least 1, not 0")
+
+
+def test_strategy_params_are_not_checked_against_an_unknown_strategy() -> None:
+    """An unknown name is the one problem; its params are not judged by a guessed strategy."""
+    text = fleet_text("router: {strategy: {name: fastest, params: {foo: 1}}}")
+    assert_problem(text, 11, "router.strategy.name", "unknown strategy 'fastest'")
 
 
 def test_names_used_in_mqtt_topics_are_checked() -> None:
@@ -410,6 +428,12 @@ def test_names_used_in_mqtt_topics_are_checked() -> None:
 def test_a_key_given_twice_names_both_lines() -> None:
     text = fleet_text("        weight: 2", "        weight: 3")
     assert_problem(text, 12, "nodes[0].replicas[0].weight", "given twice", "line 11")
+
+
+def test_a_key_given_twice_with_a_merge_counts_only_keys_written_in_the_mapping() -> None:
+    """Overriding a merged-in key is what merges are for; it is not a duplicate."""
+    text = "x-a: &a {weight: 2}\n" + fleet_text("        <<: *a", "        weight: 3")
+    assert parse_fleet(text, FILE).replicas[0].weight == 3.0
 
 
 def test_yaml_syntax_errors_carry_their_line() -> None:
@@ -511,3 +535,122 @@ def test_any_corruption_of_a_valid_file_loads_or_is_reported_with_a_line(
         problems = exc.problems
         assert problems
     assert all(p.line is not None for p in problems), problems
+
+
+# --- profile files named by the fleet -------------------------------------------------------
+
+PROFILE = """\
+gpus:
+  MI300X:
+    fp16_tflops: 1307.4
+    bf16: true
+    bandwidth_gbs: 5300
+    memory_mib: 196608
+models:
+  m:
+    params: 1000000000
+    layers: 16
+    attention_heads: 16
+    kv_heads: 4
+    head_dim: 64
+    dtype: bf16
+    max_context_tokens: 8192
+"""
+
+
+def write_fleet(folder: Path, *extra: str) -> Path:
+    """MINIMAL plus ``extra`` lines, as ``fleet.yaml`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / FILE
+    path.write_text(fleet_text(*extra))
+    return path
+
+
+def test_profile_paths_are_relative_to_the_fleet_file_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet_path = write_fleet(tmp_path / "conf", "profiles: [perf/mine.yaml]")
+    (tmp_path / "conf" / "perf").mkdir()
+    (tmp_path / "conf" / "perf" / "mine.yaml").write_text(PROFILE)
+    monkeypatch.chdir(tmp_path)
+    fleet = load_fleet(fleet_path)
+    assert fleet.profiles == (str(tmp_path / "conf" / "perf" / "mine.yaml"),)
+
+
+def test_a_missing_profile_file_is_a_problem_at_the_line_of_its_entry(tmp_path: Path) -> None:
+    fleet_path = write_fleet(tmp_path, "profiles:", "  - absent.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_fleet(fleet_path)
+    (problem,) = info.value.problems
+    assert (problem.file, problem.line, problem.key) == (str(fleet_path), 12, "profiles[0]")
+    assert str(tmp_path / "absent.yaml") in problem.message
+    assert "relative paths start at the fleet file" in problem.message
+
+
+def test_a_problem_in_a_profile_file_is_a_fleet_problem_naming_that_file_and_line(
+    tmp_path: Path,
+) -> None:
+    """The profile files a fleet names are configuration: their problems fail the load."""
+    (tmp_path / "mine.yaml").write_text(PROFILE.replace("bf16: true", "bf16: maybe"))
+    fleet_path = write_fleet(tmp_path, "        weight: 0", "profiles: [mine.yaml]")
+    with pytest.raises(ConfigError) as info:
+        load_fleet(fleet_path)
+    assert [(p.file, p.line, p.key) for p in info.value.problems] == [
+        (str(fleet_path), 11, "nodes[0].replicas[0].weight"),
+        (str(tmp_path / "mine.yaml"), 4, "gpus.MI300X.bf16"),
+    ]
+
+
+def test_a_model_or_gpu_without_a_profile_loads_and_is_listed_once_per_kind() -> None:
+    """Routing needs no profile, so an unknown model is not a problem; it is only listed."""
+    text = fleet_text("      - {id: r1, endpoint: 'http://127.0.0.1:18002', gpus: [1]}")
+    fleet = parse_fleet(text, FILE)
+    assert unprofiled_kinds(fleet) == (("m", "A100-80GB"),)
+    named = parse_fleet(text.replace("model: m", "model: meta-llama/Llama-3.1-8B"), FILE)
+    assert unprofiled_kinds(named) == ()
+
+
+def test_a_profile_file_named_by_the_fleet_makes_its_models_known(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text(PROFILE)
+    fleet = load_fleet(write_fleet(tmp_path, "profiles: [mine.yaml]"))
+    assert unprofiled_kinds(fleet) == ()
+
+
+# --- one YAML reader for fleets and profiles --------------------------------------------------
+
+
+def test_fleet_and_profile_files_report_a_yaml_error_the_same_way(tmp_path: Path) -> None:
+    """Both read through router.yaml_lines: same message, same line, same key."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("gpus:\n  A: [1, 2\n")
+    with pytest.raises(ConfigError) as as_fleet:
+        load_fleet(broken)
+    with pytest.raises(ConfigError) as as_profile:
+        load_catalog([broken])
+    assert as_fleet.value.problems == as_profile.value.problems
+    (problem,) = as_profile.value.problems
+    assert (problem.line, problem.key) == (3, "<file>")
+    assert problem.message.startswith("not valid YAML: ")
+
+
+def test_a_profile_file_may_share_fields_through_merge_keys(tmp_path: Path) -> None:
+    """Profiles gain what fleet files had: anchors and `<<` merges, with overrides."""
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        "gpus:\n"
+        "  X1: &x {fp16_tflops: 100, bf16: true, bandwidth_gbs: 1000, memory_mib: 1024}\n"
+        "  X2: {<<: *x, memory_mib: 2048}\n"
+    )
+    catalog = load_catalog([shared])
+    assert (catalog.gpu("X1").memory_mib, catalog.gpu("X2").memory_mib) == (1024, 2048)
+    assert catalog.gpu("X2").fp16_tflops == 100
+
+
+def test_a_profile_written_twice_is_reported_at_the_repeat(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    entry = "  X1: {fp16_tflops: 1, bf16: true, bandwidth_gbs: 1, memory_mib: 1}\n"
+    twice.write_text("gpus:\n" + entry + entry)
+    with pytest.raises(ConfigError) as info:
+        load_catalog([twice])
+    (problem,) = info.value.problems
+    assert (problem.line, problem.key, problem.message) == (3, "gpus.X1", "defined twice")

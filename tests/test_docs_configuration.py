@@ -99,16 +99,40 @@ def test_the_documented_examples_load() -> None:
         parse_fleet(broken, "docs")
 
 
-def test_the_documented_check_output_is_what_the_command_prints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _documented_check(name: str) -> tuple[str, str, int]:
+    """The YAML shown for ``name``, then what the docs say `config check` prints and returns."""
     shown = re.search(
-        r"^\$ gpurouter config check broken-fleet.yaml\n(.*?)^\$ echo",
+        rf"^```yaml\n((?:(?!```).)*)^```\n\nit prints:\n\n```console\n"
+        rf"^\$ gpurouter config check {re.escape(name)}\n(.*?)^\$ echo \$\?\n(\d+)\n",
+        DOCS.read_text(),
+        flags=re.MULTILINE | re.DOTALL,
+    )
+    assert shown is not None, f"docs/configuration.md shows no check of {name}"
+    return shown.group(1), shown.group(2), int(shown.group(3))
+
+
+@pytest.mark.parametrize("name", ["custom-fleet.yaml", "broken-fleet.yaml"])
+def test_the_documented_check_output_is_what_the_command_prints(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A valid file's summary and notes go to stdout; a broken file's problems to stderr."""
+    text, output, code = _documented_check(name)
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "check", name]) == code
+    assert capsys.readouterr() == ((output, "") if code == 0 else ("", output))
+
+
+def test_the_documented_check_of_the_example_fleet_is_what_the_command_prints(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first console block: an example fleet that is valid and fully profiled."""
+    shown = re.search(
+        r"^```console\n\$ gpurouter config check (\S+)\n(.*?)^```",
         DOCS.read_text(),
         flags=re.MULTILINE | re.DOTALL,
     )
     assert shown is not None
-    (tmp_path / "broken-fleet.yaml").write_text(_yaml_blocks()[-1])
-    monkeypatch.chdir(tmp_path)
-    assert main(["config", "check", "broken-fleet.yaml"]) == 2
-    assert capsys.readouterr().err == shown.group(1)
+    monkeypatch.chdir(ROOT)
+    assert main(["config", "check", shown.group(1)]) == 0
+    assert capsys.readouterr() == (shown.group(2), "")

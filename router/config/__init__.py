@@ -1,6 +1,6 @@
 """Fleet configuration: the typed, frozen schema and the YAML loader that builds it."""
 
-from router.config.loader import load_fleet, parse_fleet
+from router.config.loader import load_fleet, parse_fleet, unprofiled_kinds
 from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
@@ -31,4 +31,5 @@ __all__ = [
     "TimeoutConfig",
     "load_fleet",
     "parse_fleet",
+    "unprofiled_kinds",
 ]

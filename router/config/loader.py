@@ -5,11 +5,12 @@ it reports every problem in the file at once, each with its line and dotted key
 (``nodes[1].replicas[0].weight``), as one :class:`~router.errors.ConfigError`.
 
 Keys and types come from the dataclasses themselves (their fields and type hints), so the
-schema is the one source of truth. What a type cannot say is in three tables: ``_RULES``
-(ranges, names, URLs), ``_DERIVED`` (fields the loader fills, never the file) and
-``_INHERITED`` (fields a file may leave to an enclosing object). Checks that span several
-objects (unique names, GPUs missing or shared, tensor parallelism over mixed models) are in
-``_complete``.
+schema is the one source of truth. What a type cannot say is in four tables: ``_RULES``
+(ranges, names, URLs), ``_DERIVED`` (fields the loader fills, never the file),
+``_INHERITED`` (fields a file may leave to an enclosing object) and ``_MOVED`` (keys that
+used to exist, with where their setting lives now). Checks that span several objects (unique
+names, GPUs missing or shared, tensor parallelism over mixed models, the strategy's
+parameters, the profile files a fleet names) are in ``_complete``.
 """
 
 from __future__ import annotations
@@ -21,18 +22,11 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
-
-import yaml
-
-try:  # libyaml parses several times faster and marks lines the same way
-    from yaml import CSafeLoader as _SafeLoader
-except ImportError:  # PyYAML built without libyaml
-    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]  # same interface
 
 from router.config.schema import (
     AdaptiveConfig,
@@ -48,100 +42,15 @@ from router.config.schema import (
     StrategyConfig,
     TimeoutConfig,
 )
-from router.errors import ConfigError, Problem
+from router.errors import ConfigError, ControlError, Problem
+from router.perf.profiles import ProfileCatalog, UnknownProfileError, load_catalog
+from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
-__all__ = ["load_fleet", "parse_fleet"]
+__all__ = ["load_fleet", "parse_fleet", "unprofiled_kinds"]
 
 _T = TypeVar("_T")
 _EXTENSION = "x-"
 """Top-level keys with this prefix are ignored: a place for YAML anchors to share settings."""
-_FILE_KEY = "<file>"
-"""The key named by problems with the file as a whole (unreadable, not YAML, empty)."""
-
-
-# --- YAML that remembers lines ------------------------------------------------------------
-
-
-class _Map(dict[Any, Any]):
-    """A YAML mapping with the line it starts on and the line of each key (1-based)."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__()
-        self.line = line
-        self.key_lines: dict[Any, int] = {}
-        self.duplicates: list[tuple[Any, int]] = []
-        """Keys written twice, with the line of their first occurrence."""
-
-
-class _Seq(list[Any]):
-    """A YAML list with the line it starts on and the line of each item."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__()
-        self.line = line
-        self.item_lines: list[int] = []
-
-
-class _LineLoader(_SafeLoader):
-    """SafeLoader whose mappings and lists are :class:`_Map` and :class:`_Seq`."""
-
-
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _construct_map(loader: yaml.SafeLoader, node: yaml.Node) -> _Map:
-    assert isinstance(node, yaml.MappingNode)
-    own = {id(key) for key, _ in node.value}
-    loader.flatten_mapping(node)  # resolves `<<: *anchor`; merged keys come first
-    result, written = _Map(_line(node)), set[Any]()
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, Hashable):
-            raise yaml.constructor.ConstructorError(
-                None, None, "a key cannot be a list or a mapping", key_node.start_mark
-            )
-        # PyYAML lets a repeated key silently win; only keys written here count, since
-        # overriding a merged-in key is what merges are for.
-        if id(key_node) in own:
-            if key in written:
-                result.duplicates.append((key, result.key_lines[key]))
-            written.add(key)
-        result[key] = loader.construct_object(value_node, deep=True)
-        result.key_lines[key] = _line(key_node)
-    return result
-
-
-def _construct_seq(loader: yaml.SafeLoader, node: yaml.Node) -> _Seq:
-    assert isinstance(node, yaml.SequenceNode)
-    result = _Seq(_line(node))
-    for item in node.value:
-        result.append(loader.construct_object(item, deep=True))
-        result.item_lines.append(_line(item))
-    return result
-
-
-_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    loader = _LineLoader(text)
-    try:
-        return loader.get_single_data()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = ": ".join(part for part in (exc.context, exc.problem) if part)
-        line = mark.line + 1 if mark else None
-        column = f" (column {mark.column + 1})" if mark else ""
-        problem = Problem(source, line, _FILE_KEY, f"not valid YAML: {what}{column}")
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        what = f"{exc.reason} (character #x{exc.character:04x})"
-        problem = Problem(source, line, _FILE_KEY, f"not valid YAML: {what}")
-    finally:
-        loader.dispose()
-    raise ConfigError([problem])
 
 
 # --- rules a type hint cannot state -------------------------------------------------------
@@ -265,7 +174,6 @@ _RULES: dict[tuple[type, str], Rule] = {
     (AdaptiveConfig, "batch_bounds"): _bounds(1, strict=False),
     (RouterConfig, "decision_log_size"): _at_least(0),
     (BrokerConfig, "url"): _broker_url,
-    (BrokerConfig, "cluster"): _name,
     (BrokerConfig, "username"): _not_empty,
     (BrokerConfig, "password_env"): _env_var,
     (BrokerConfig, "sample_period_s"): _above(0),
@@ -279,6 +187,11 @@ _DERIVED: dict[tuple[type, str], str] = {
 
 _INHERITED = frozenset({(ReplicaConfig, "model")})
 """Fields a file may leave out, filled from an enclosing object in ``_complete``."""
+
+_MOVED: dict[tuple[type, str], str] = {
+    (BrokerConfig, "cluster"): "cluster is set at the top of the file",
+}
+"""Keys that are not fields, with a hint to where their setting lives."""
 
 
 # --- conversion driven by the dataclasses -------------------------------------------------
@@ -355,8 +268,10 @@ class _Reader:
             path = _parent(path)
         return self.lines.get(path)
 
-    def problem(self, path: str, message: str) -> None:
-        self.problems.append(Problem(self.source, self.line_of(path), path or _FILE_KEY, message))
+    def problem(self, path: str, message: str, line: int | None = None) -> None:
+        """Note a problem at ``line``, by default the line of ``path`` (see line_of)."""
+        where = self.line_of(path) if line is None else line
+        self.problems.append(Problem(self.source, where, path or FILE_KEY, message))
 
     def convert(self, value: Any, hint: Any, path: str) -> Any:
         """``value`` as ``hint`` says, or ``_BAD`` after noting why it cannot be."""
@@ -380,13 +295,14 @@ class _Reader:
 
     def record(self, cls: type[_T], value: Any, path: str) -> _T:
         """An instance of dataclass ``cls``; problem fields hold ``_BAD``."""
-        if not isinstance(value, _Map):
+        if not isinstance(value, LineMap):
             self.problem(path, f"expected a mapping, got {_describe(value)}")
             return typing.cast(_T, _BAD)
         self.lines.setdefault(path, value.line)
         self.lines.update({_join(path, key): line for key, line in value.key_lines.items()})
-        for key, first in value.duplicates:
-            self.problem(_join(path, key), f"given twice (first at line {first})")
+        for duplicate in value.duplicates:
+            where = _join(path, duplicate.key)
+            self.problem(where, f"given twice (first at line {duplicate.first_line})")
         fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
         allowed = [name for name in fields if (cls, name) not in _DERIVED]
         values: dict[str, Any] = {n: None for n in fields if _filled_later(cls, n, value)}
@@ -398,6 +314,8 @@ class _Reader:
                 continue
             elif (cls, key) in _DERIVED:
                 self.problem(key_path, _DERIVED[cls, key])
+            elif (cls, key) in _MOVED:
+                self.problem(key_path, f"unknown key {key!r}; {_MOVED[cls, key]}")
             elif key not in fields:
                 self.problem(key_path, _not_one_of("key", key, allowed))
             else:
@@ -420,7 +338,7 @@ class _Reader:
         return _BAD
 
     def sequence(self, value: Any, args: tuple[Any, ...], path: str) -> Any:
-        if not isinstance(value, _Seq):
+        if not isinstance(value, LineList):
             self.problem(path, f"expected a list, got {_describe(value)}")
             return _BAD
         variadic = args[-1] is Ellipsis
@@ -434,7 +352,7 @@ class _Reader:
         return items if _ok(*items) or dataclasses.is_dataclass(args[0]) else _BAD
 
     def free_mapping(self, value: Any, path: str) -> Any:
-        if not isinstance(value, _Map):
+        if not isinstance(value, LineMap):
             self.problem(path, f"expected a mapping, got {_describe(value)}")
             return _BAD
         for key in value:
@@ -458,10 +376,13 @@ def _freeze(value: Any) -> Any:
 # --- checks across objects, and the fields they fill --------------------------------------
 
 
-def _complete(r: _Reader, fleet: FleetConfig) -> FleetConfig:
+def _complete(r: _Reader, fleet: FleetConfig, directory: Path) -> FleetConfig:
     """Fill derived and inherited fields, checking what spans several objects."""
     if _ok(fleet.router):
         _check_router(r, fleet.router)
+        if _ok(fleet.router.strategy):
+            _check_strategy(r, fleet.router.strategy)
+    profiles = _check_profiles(r, fleet.profiles, directory)
     nodes = tuple(_complete_node(r, p, n, fleet.model) for p, n in _each("nodes", fleet.nodes))
     _unique(r, "node name", ((f"{p}.name", n.name) for p, n in _each("nodes", fleet.nodes)))
     ids = (
@@ -470,20 +391,7 @@ def _complete(r: _Reader, fleet: FleetConfig) -> FleetConfig:
         for q, replica in _each(f"{p}.replicas", node.replicas)
     )
     _unique(r, "replica id", ids)
-    broker = _complete_broker(r, fleet.broker, fleet.cluster) if _ok(fleet.broker) else _BAD
-    return dataclasses.replace(fleet, nodes=nodes, broker=broker)
-
-
-def _complete_broker(r: _Reader, broker: BrokerConfig, cluster: str) -> BrokerConfig:
-    if "broker.cluster" not in r.lines:  # not written: the top level's applies
-        return dataclasses.replace(broker, cluster=cluster)
-    if _ok(broker.cluster, cluster) and broker.cluster != cluster:
-        r.problem(
-            "broker.cluster",
-            f"{broker.cluster!r} differs from the top-level cluster {cluster!r}; "
-            "MQTT topics use one cluster name, so set it once at the top",
-        )
-    return broker
+    return dataclasses.replace(fleet, nodes=nodes, profiles=profiles)
 
 
 def _each(path: str, items: Any) -> Iterator[tuple[str, Any]]:
@@ -498,6 +406,47 @@ def _check_router(r: _Reader, router: RouterConfig) -> None:
         r.problem("router.adaptive.shrink_above", "must be above grow_below")
     if _ok(t) and _ok(t.backoff_s, t.backoff_max_s) and t.backoff_max_s < t.backoff_s:
         r.problem("router.retries.backoff_max_s", "must be >= backoff_s")
+
+
+def _check_strategy(r: _Reader, strategy: StrategyConfig) -> None:
+    """Build the strategy once, so that bad parameters fail here rather than at start-up."""
+    if not _ok(strategy.name, strategy.params):
+        return
+    # Imported here: router.strategies imports router.replica, which imports this package.
+    from router.strategies import create_strategy
+
+    try:
+        create_strategy(strategy.name, strategy.params)
+    except ControlError as exc:
+        # A strategy given no params fails for want of one: point at the name it was given.
+        path = "router.strategy.params"
+        line = r.lines.get(path, r.lines.get("router.strategy.name"))
+        # The key already names the strategy's params; the prefix would say so twice.
+        message = str(exc).removeprefix(f"strategy {strategy.name}: ")
+        r.problem(path, message, line)
+
+
+def _check_profiles(r: _Reader, entries: Any, directory: Path) -> Any:
+    """The profile files' paths from ``directory``, each checked by reading the catalog."""
+    if not _ok(entries):
+        return entries
+    paths = tuple(directory / entry for entry in entries)
+    found = True
+    for i, (entry, path) in enumerate(zip(entries, paths, strict=True)):
+        if not entry:
+            r.problem(f"profiles[{i}]", "must not be empty")
+            found = False
+        elif not path.is_file():
+            base = "" if Path(entry).is_absolute() else " (relative paths start at the fleet file)"
+            r.problem(f"profiles[{i}]", f"no such file: {path}{base}")
+            found = False
+    # Only a full set is read: a catalog missing a file could report false alias clashes.
+    if found and paths:
+        try:
+            load_catalog(paths)
+        except ConfigError as exc:  # each problem names its own file and line
+            r.problems.extend(exc.problems)
+    return tuple(str(p) for p in paths)
 
 
 def _unique(r: _Reader, what: str, entries: Iterable[tuple[str, Any]]) -> None:
@@ -576,9 +525,42 @@ def _gpu_model(
 # --- entry points -------------------------------------------------------------------------
 
 
-def parse_fleet(text: str, source: str) -> FleetConfig:
-    """Build a fleet from YAML text; ``source`` names it in problems. Raises ConfigError."""
-    document = _parse_yaml(text, source)
+def parse_fleet(text: str, source: str, directory: str | Path | None = None) -> FleetConfig:
+    """Build a fleet from YAML text; ``source`` names it in problems. Raises ConfigError.
+
+    Relative ``profiles:`` paths start at ``directory``, by default the current directory.
+    """
+    return _build(parse_yaml(text, source), source, Path(directory or "."))
+
+
+def load_fleet(path: str | Path) -> FleetConfig:
+    """Read and check a fleet file. Raises ConfigError listing every problem in it."""
+    path = Path(path)
+    fleet = _build(read_yaml(path), str(path), path.parent)
+    return dataclasses.replace(fleet, source=path)
+
+
+def unprofiled_kinds(
+    fleet: FleetConfig, catalog: ProfileCatalog | None = None
+) -> tuple[tuple[str, str], ...]:
+    """Each (model, GPU model) pair of the fleet's replicas that has no performance profile.
+
+    Routing needs no profile; the emulator and the simulator do. ``catalog`` defaults to the
+    built-in profiles and the fleet's ``profiles`` files. Pairs come in file order, once each.
+    """
+    if catalog is None:
+        catalog = load_catalog(fleet.profiles)
+    missing: dict[tuple[str, str], None] = {}
+    for replica in fleet.replicas:
+        try:
+            catalog.gpu(replica.gpu_model)
+            catalog.model(replica.model)
+        except UnknownProfileError:
+            missing[replica.model, replica.gpu_model] = None
+    return tuple(missing)
+
+
+def _build(document: Any, source: str, directory: Path) -> FleetConfig:
     reader = _Reader(source)
     if document is None:
         reader.problem("", "the file is empty; a fleet needs at least 'nodes'")
@@ -586,21 +568,11 @@ def parse_fleet(text: str, source: str) -> FleetConfig:
     else:
         fleet = reader.record(FleetConfig, document, "")
     if fleet is not _BAD:
-        fleet = _complete(reader, fleet)
+        fleet = _complete(reader, fleet, directory)
     if reader.problems:
-        raise ConfigError(sorted(reader.problems, key=lambda p: p.line or 0))
+        # The fleet file's problems in line order, then those of the profile files it names.
+        order = sorted(
+            reader.problems, key=lambda p: (0, p.line or 0) if p.file == source else (1, 0)
+        )
+        raise ConfigError(order)
     return typing.cast(FleetConfig, fleet)
-
-
-def load_fleet(path: str | Path) -> FleetConfig:
-    """Read and check a fleet file. Raises ConfigError listing every problem in it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ConfigError([Problem(str(path), None, _FILE_KEY, f"cannot read: {reason}")]) from None
-    except UnicodeDecodeError as exc:
-        problem = Problem(str(path), None, _FILE_KEY, f"not UTF-8 text: {exc.reason}")
-        raise ConfigError([problem]) from None
-    return dataclasses.replace(parse_fleet(text, str(path)), source=path)

@@ -177,8 +177,6 @@ class BrokerConfig:
 
     url: str = "embedded"
     """``embedded`` (a broker inside gpurouter, on loopback) or ``mqtt://host:port`` / ``mqtts://``."""
-    cluster: str = "default"
-    """Cluster name; the topic root is ``gpurouter/v1/<cluster>/``."""
     username: str | None = None
     """Broker user name."""
     password_env: str | None = None
@@ -201,6 +199,9 @@ class FleetConfig:
     """Router settings."""
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     """Broker settings."""
+    profiles: tuple[str, ...] = ()
+    """Paths of extra GPU/model profile YAML files, relative to the fleet file; they add to or
+    override the built-in profiles in router/perf/."""
     source: Path | None = None
     """The file this configuration was read from, if any."""
 

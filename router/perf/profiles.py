@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from router.errors import ConfigError, GpuRouterError, Problem
-from router.perf._yaml import FILE_KEY, LineMap, read_yaml
+from router.yaml_lines import FILE_KEY, LineMap, read_yaml
 
 __all__ = [
     "DTYPE_BYTES",
@@ -333,7 +333,7 @@ def _parse_section(
         line = data.key_lines[section]
         problems.append(Problem(source, line, section, "must be a mapping of name: fields"))
         return {}
-    for name, line in entries.duplicates:
+    for name, line, _ in entries.duplicates:
         problems.append(Problem(source, line, f"{section}.{name}", "defined twice"))
     built: dict[str, _P] = {}
     for name, fields in entries.items():
