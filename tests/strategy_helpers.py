@@ -64,7 +64,10 @@ def attach(
     seed: int = 0,
 ) -> Strategy:
     """A registered strategy attached to the pool as the core attaches it (as its listener)."""
-    strategy = create_strategy(name, params, random.Random(seed))
+    return attach_strategy(create_strategy(name, params, random.Random(seed)), pool)
+
+
+def attach_strategy(strategy: Strategy, pool: ReplicaPool) -> Strategy:
     strategy.attach(pool)
     pool.listener = strategy.update
     return strategy

@@ -10,16 +10,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import ControlError
+from router.strategies.affinity import Affinity
 from router.strategies.base import CandidateScore, Explanation, Strategy
+from router.strategies.capacity_aware import CapacityAware
 from router.strategies.least_connections import LeastConnections, WeightedLeastConnections
+from router.strategies.least_tokens import LeastOutstandingTokens
+from router.strategies.p2c_peak_ewma import P2CPeakEwma
+from router.strategies.random_choice import RandomChoice, WeightedRandom
 from router.strategies.round_robin import RoundRobin
+from router.strategies.shortest_expected_delay import ShortestExpectedDelay
+from router.strategies.tiered import Tiered
+from router.strategies.weighted_round_robin import WeightedRoundRobin
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (
         RoundRobin,
+        WeightedRoundRobin,
+        RandomChoice,
+        WeightedRandom,
         LeastConnections,
         WeightedLeastConnections,
+        LeastOutstandingTokens,
+        ShortestExpectedDelay,
+        P2CPeakEwma,
+        CapacityAware,
+        Tiered,
+        Affinity,
     )
 }
 

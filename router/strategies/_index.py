@@ -10,7 +10,7 @@ stale entries outnumber live ones, so memory stays O(n).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 
 from router.replica import Replica
 from router.request import Request
@@ -64,7 +64,7 @@ class ScoreIndex:
             heapq.heappush(heap, entry)
         return found
 
-    def ascending(self, request: Request) -> Iterator[Replica]:
+    def ascending(self, request: Request) -> Generator[Replica, None, None]:
         """Replicas that can take the request, lowest score first.
 
         Entries looked at are restored when the iterator is closed (use

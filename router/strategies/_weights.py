@@ -12,27 +12,29 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from router.pool import ReplicaPool
 from router.replica import Replica
 
 DRAW_TRIES = 16
 """Rejection tries before the exact scan; at acceptance 1/2 all fail with odds 1.5e-5."""
+SCAN_BELOW = 4
+"""Open replicas up to which the exact scan is cheaper than rejection tries that may miss."""
 
 
 class MaxWeight:
-    """The largest effective weight in the pool, kept current as weights change."""
+    """The largest effective weight among some replicas, kept current as weights change."""
 
     __slots__ = ("_weights", "value")
 
     def __init__(self) -> None:
-        self._weights: list[float] = []
+        self._weights: dict[int, float] = {}
         self.value = 0.0
 
-    def rebuild(self, pool: ReplicaPool) -> None:
-        self._weights = [r.weight for r in pool]
-        self.value = max(self._weights, default=0.0)
+    def rebuild(self, replicas: Iterable[Replica]) -> None:
+        self._weights = {r.index: r.weight for r in replicas}
+        self.value = max(self._weights.values(), default=0.0)
 
     def update(self, replica: Replica) -> None:
         old = self._weights[replica.index]
@@ -45,7 +47,7 @@ class MaxWeight:
         elif old == self.value:
             # The heaviest replica got lighter: O(n), but weights change on operator or tuner
             # time scales (seconds), not per request.
-            self.value = max(self._weights)
+            self.value = max(self._weights.values())
 
 
 def draw_weighted(
@@ -56,8 +58,8 @@ def draw_weighted(
 ) -> Replica | None:
     """An open replica passing ``accept``, drawn with probability proportional to weight."""
     n = pool.open_count
-    if n == 0:
-        return None
+    if n <= SCAN_BELOW:
+        return scan_weighted(pool, rng, accept)
     for _ in range(DRAW_TRIES):
         r = pool.open_at(rng.randrange(n))
         if rng.random() * max_weight < r.weight and accept(r):

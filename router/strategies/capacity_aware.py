@@ -14,9 +14,10 @@ request waits in the queue for memory to free up.
 
 Held tokens are summed in ``update`` (O(requests on that replica)); the pick walks the
 least-outstanding-cost heap and stops at the first replica with room: O(k log n), where k is
-the number of replicas passed over for lack of room. So it stays cheap while memory is
-plentiful and degrades towards O(n log n) only when most of the fleet is full, which is when
-the request will wait anyway.
+the number of replicas passed over for lack of room. Past 16 of them it switches to one plain
+pass over the open replicas, O(open). That is the cost when the fleet's KV caches are full
+while slots are free: room depends on telemetry, which arrives without ``pool.changed``, so
+it can be read only at pick time, replica by replica.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from router.strategies._index import ScoreIndex
 from router.strategies.base import Explanation, Strategy
 
 UNLIMITED = math.inf
+WALK_BUDGET = 16
+"""Replicas passed over in the heap, for lack of room, before switching to one plain pass."""
 
 
 def _outstanding(r: Replica) -> float:
@@ -42,6 +45,7 @@ def _outstanding(r: Replica) -> float:
 
 class CapacityAware(Strategy):
     name = "capacity-aware"
+    walk_budget = WALK_BUDGET
     summary = "Least outstanding work among replicas whose KV cache has room for it now."
 
     def __init__(
@@ -74,20 +78,51 @@ class CapacityAware(Strategy):
     def pick(self, request: Request, now: float) -> Replica | None:
         need = request.total_tokens
         with closing(self._index.ascending(request)) as ordered:
-            for r in ordered:
-                if self.free_tokens(r, now)[0] >= need:
+            for looked, r in enumerate(ordered):
+                if self._free(r, now) >= need:
                     return r
-        return None
+                if looked == self.walk_budget:
+                    break
+            else:
+                return None
+        return self._scan(request, now, need)
+
+    def _scan(self, request: Request, now: float, need: int) -> Replica | None:
+        """The walk's answer by one pass over the open replicas: a plain loop reads each
+        replica once, where the heap walk pays a pop and a push for each one passed over."""
+        pool = self.pool
+        best: Replica | None = None
+        for i in range(pool.open_count):
+            r = pool.open_at(i)
+            if best is not None and r.outstanding_cost >= best.outstanding_cost:
+                continue
+            if self._free(r, now) >= need and r.can_take(request):
+                best = r
+        return best
 
     def free_tokens(self, r: Replica, now: float) -> tuple[float, str]:
         """Tokens the replica's KV cache can take now, and where that figure came from."""
+        free = self._free(r, now)
+        if free == UNLIMITED:
+            return free, "unknown capacity (unlimited)"
+        if self._fresh_usage(r, now) is not None:
+            return free, "engine telemetry"
+        return free, "router accounting"
+
+    def _free(self, r: Replica, now: float) -> float:
         capacity = r.config.kv_capacity_tokens
         if capacity is None:
-            return UNLIMITED, "unknown capacity (unlimited)"
+            return UNLIMITED
+        usage = self._fresh_usage(r, now)
+        if usage is not None:
+            return (1.0 - usage) * capacity
+        return capacity - self._held[r.index]
+
+    def _fresh_usage(self, r: Replica, now: float) -> float | None:
         t = r.telemetry
-        if t is not None and t.kv_usage is not None and now - t.received_at < self.stale_after_s:
-            return (1.0 - t.kv_usage) * capacity, "engine telemetry"
-        return float(capacity - self._held[r.index]), "router accounting"
+        if t is None or t.kv_usage is None or now - t.received_at >= self.stale_after_s:
+            return None
+        return t.kv_usage
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
         return replica.outstanding_cost

@@ -91,8 +91,8 @@ class P2CPeakEwma(Strategy):
 
     def pick(self, request: Request, now: float) -> Replica | None:
         first = draw_weighted(self.pool, self.rng, self._max.value, lambda r: r.can_take(request))
-        if first is None:
-            return None
+        if first is None or self.pool.open_count == 1:
+            return first
         second = draw_weighted(
             self.pool, self.rng, self._max.value, lambda r: r is not first and r.can_take(request)
         )

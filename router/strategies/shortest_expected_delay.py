@@ -6,29 +6,73 @@ incoming request is what sends a long request to a strong card even when a weak 
 little less work queued.
 
 Because the score depends on the request, no single heap key orders it. The pick is an exact
-branch and bound instead: a heap keyed by ``outstanding_cost / weight`` is read in ascending
-order; each replica's exact score is ``key + cost / weight``, and no replica later in the heap
-can score below ``key_next + cost / max_weight``, so the scan stops once that bound reaches the
-best exact score seen. Floating-point addition and division are monotone, so the bound holds
-for the computed scores too. Replicas whose keys are close to the minimum are all that is read:
-O(k log n), where k is small unless many replicas sit between the best key and the best score.
+branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
+by ``backlog = outstanding_cost / weight``. A replica's exact score is
+``backlog + cost / weight``; no replica further down a group's heap can score below
+``backlog_next + cost / max_weight_of_group``, so a group is read in ascending order only until
+that bound reaches the best exact score found so far. Floating-point addition and division are
+monotone, so the bound holds for the computed scores too: the result is the exact minimum.
+
+Why groups: SED balances the fleet so that backlogs converge, and one global heap would then
+hold many replicas of different weights inside the bound (at 512 replicas it read dozens per
+pick). Within a GPU model weights are equal or close. When they are all equal the heap's
+first entry is the group's exact best; when not (an operator or the tuner set them apart)
+the group is read in order until the bound stops it. Either way a pick costs about
+O(G log n) for G GPU models, a handful in any fleet.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from contextlib import closing
 from typing import Any
 
 from router.replica import Replica
 from router.request import Request
 from router.strategies._index import ScoreIndex
-from router.strategies._weights import MaxWeight
 from router.strategies.base import Strategy
 
 
 def _backlog(r: Replica) -> float:
     return r.outstanding_cost / r.weight
+
+
+def _better(
+    best: Replica | None, best_score: float, r: Replica, cost: float
+) -> tuple[Replica | None, float]:
+    score = _backlog(r) + cost / r.weight
+    return (r, score) if score < best_score else (best, best_score)
+
+
+class _Group:
+    """The replicas of one GPU model: a heap by backlog, their largest weight, and whether
+    they all weigh the same (then the heap's first entry is the group's exact best)."""
+
+    __slots__ = ("_count", "_weight", "heaviest", "index", "uniform")
+
+    def __init__(self, members: list[Replica]) -> None:
+        self.index = ScoreIndex(_backlog)
+        self.index.rebuild(members)
+        self._weight = {r.index: r.weight for r in members}
+        self._count = Counter(self._weight.values())
+        self._refresh()
+
+    def update(self, replica: Replica) -> None:
+        old = self._weight[replica.index]
+        if old != replica.weight:
+            self._weight[replica.index] = replica.weight
+            self._count[old] -= 1
+            if not self._count[old]:
+                del self._count[old]
+            self._count[replica.weight] += 1
+            self._refresh()
+        self.index.update(replica)
+
+    def _refresh(self) -> None:
+        self.heaviest = max(self._count)
+        self.uniform = len(self._count) == 1
 
 
 class ShortestExpectedDelay(Strategy):
@@ -37,31 +81,44 @@ class ShortestExpectedDelay(Strategy):
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:
         super().__init__(rng, **params)
-        self._index = ScoreIndex(_backlog)
-        self._max = MaxWeight()
+        self._groups: list[_Group] = []
+        self._group_of: list[_Group] = []
 
     def rebuild(self) -> None:
-        self._max.rebuild(self.pool)
-        self._index.rebuild(self.pool)
+        members: dict[str, list[Replica]] = {}
+        for r in self.pool:
+            members.setdefault(r.config.gpu_model, []).append(r)
+        groups = {model: _Group(rs) for model, rs in members.items()}
+        # Heaviest models first: they usually hold the best score, which prunes the rest.
+        self._groups = sorted(groups.values(), key=lambda g: -g.heaviest)
+        self._group_of = [groups[r.config.gpu_model] for r in self.pool]
 
     def update(self, replica: Replica) -> None:
-        self._max.update(replica)
-        self._index.update(replica)
+        self._group_of[replica.index].update(replica)
 
     def pick(self, request: Request, now: float) -> Replica | None:
         cost = request.cost
-        floor = cost / self._max.value if self._max.value > 0 else 0.0
         best: Replica | None = None
-        best_score = 0.0
-        with closing(self._index.ascending(request)) as ordered:
-            for r in ordered:
-                backlog = _backlog(r)
-                if best is not None and backlog + floor >= best_score:
-                    break
-                score = backlog + cost / r.weight
-                if best is None or score < best_score:
-                    best, best_score = r, score
+        best_score = math.inf
+        for group in self._groups:
+            first = group.index.best(request)
+            if first is None:
+                continue
+            floor = cost / group.heaviest
+            if _backlog(first) + floor >= best_score:
+                continue  # nothing in this group can beat the best so far
+            if group.uniform:
+                best, best_score = _better(best, best_score, first, cost)
+                continue
+            with closing(group.index.ascending(request)) as ordered:
+                for r in ordered:
+                    if _backlog(r) + floor >= best_score:
+                        break
+                    best, best_score = _better(best, best_score, r, cost)
         return best
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
         return _backlog(replica) + request.cost / replica.weight
+
+    def note(self, request: Request, chosen: Replica | None) -> str:
+        return f"score = (outstanding cost + {request.cost:g}) / weight"

@@ -55,6 +55,7 @@ class WeightedRoundRobin(Strategy):
         self._open_weight = 0.0
         self._pending: list[Entry] = []  # by virtual start time
         self._eligible: list[Entry] = []  # by virtual deadline
+        self._last: tuple[int, float] | None = None  # the last pick and its deadline
 
     def rebuild(self) -> None:
         n = len(self.pool)
@@ -66,6 +67,7 @@ class WeightedRoundRobin(Strategy):
         self._open_weight = sum(r.weight for r in self.pool if r.has_slot)
         self._pending = [(0.0, r.index, 0) for r in self.pool if r.has_slot]
         self._eligible = []
+        self._last = None
 
     def update(self, replica: Replica) -> None:
         i = replica.index
@@ -96,8 +98,14 @@ class WeightedRoundRobin(Strategy):
                 return None
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
-        """The replica's virtual deadline: the earliest eligible one goes next."""
+        """The replica's virtual deadline: the earliest eligible one goes next.
+
+        The replica just picked shows the deadline it won with, not its next one, so that an
+        explanation taken right after the pick shows why it won.
+        """
         i = replica.index
+        if self._last is not None and self._last[0] == i:
+            return self._last[1]
         return self._start[i] + 1.0 / self._weight[i]
 
     def note(self, request: Request, chosen: Replica | None) -> str:
@@ -143,6 +151,7 @@ class WeightedRoundRobin(Strategy):
     def _charge(self, r: Replica) -> None:
         i = r.index
         self._start[i] += 1.0 / self._weight[i]
+        self._last = (i, self._start[i])
         heapq.heappush(self._pending, (self._start[i], i, self._version[i]))
         self._vtime += 1.0 / self._open_weight
 
@@ -153,4 +162,6 @@ class WeightedRoundRobin(Strategy):
         heapq.heapify(self._pending)
         heapq.heapify(self._eligible)
         # Re-summed here so that rounding in the running total cannot build up.
-        self._open_weight = sum(w for w, is_open in zip(self._weight, self._open) if is_open)
+        self._open_weight = sum(
+            w for w, is_open in zip(self._weight, self._open, strict=True) if is_open
+        )
