@@ -1,0 +1,152 @@
+"""The fleet simulator: the real core on a virtual clock, deterministic, nothing lost."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+from router.config import load_fleet
+from router.core import RouterCore
+from router.errors import ConfigError
+from router.sim.runner import Workload, fleet_capacity, max_sustainable, run_strategy, trace_rows
+from router.sim.simulator import Simulation
+from router.sim.workload import (
+    LognormalMix,
+    TraceMix,
+    bundled_trace,
+    gamma,
+    load_trace,
+    poisson,
+    replay,
+)
+
+MIXED = Path(__file__).parent.parent / "examples" / "fleets" / "mixed-a100-v100.yaml"
+
+
+@pytest.fixture(scope="module")
+def conv() -> Workload:
+    return Workload(trace_rows("conv"))
+
+
+@pytest.fixture(scope="module")
+def capacities(conv: Workload) -> dict[str, float]:
+    return fleet_capacity(load_fleet(MIXED), conv.mix)
+
+
+def test_the_simulator_drives_the_real_router_core() -> None:
+    sim = Simulation(load_fleet(MIXED), "round-robin", seed=1)
+    assert type(sim.core) is RouterCore
+    assert sim.core.strategy.name == "round-robin"
+
+
+def test_the_same_seed_gives_the_same_numbers(conv: Workload, capacities: dict[str, float]) -> None:
+    fleet = load_fleet(MIXED)
+    a = run_strategy(fleet, "p2c-peak-ewma", conv, 20.0, 60.0, 7, capacities)
+    b = run_strategy(fleet, "p2c-peak-ewma", conv, 20.0, 60.0, 7, capacities)
+    c = run_strategy(fleet, "p2c-peak-ewma", conv, 20.0, 60.0, 8, capacities)
+    assert a == b
+    assert a != c
+
+
+def test_no_request_is_lost_and_the_counts_add_up(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    result = run_strategy(
+        load_fleet(MIXED), "weighted-least-connections", conv, 30.0, 60.0, 3, capacities
+    )
+    assert result.lost_requests == 0
+    endings = result.completed + result.failed + result.rejected + result.expired
+    assert endings + result.unfinished == result.offered
+
+
+def test_a100s_have_more_capacity_than_v100s(capacities: dict[str, float]) -> None:
+    assert capacities["a100-0"] > 2 * capacities["v100-0"]
+
+
+def test_round_robin_overloads_the_v100s_where_weighted_routing_does_not(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    """At 80% of the fleet's capacity, an equal share is more than a V100 can take."""
+    fleet = load_fleet(MIXED)
+    rate = 0.8 * sum(capacities.values())
+    rr = run_strategy(fleet, "round-robin", conv, rate, 120.0, 1, capacities)
+    wlc = run_strategy(fleet, "weighted-least-connections", conv, rate, 120.0, 1, capacities)
+    assert rr.utilization_by_gpu_model()["V100-32GB"] == 1.0
+    assert wlc.imbalance_factor < rr.imbalance_factor
+    assert wlc.ttft_p99_s is not None
+    assert rr.ttft_p99_s is None or rr.ttft_p99_s > wlc.ttft_p99_s
+
+
+def test_max_sustainable_search_finds_a_rate_that_meets_the_slo(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    fleet = load_fleet(MIXED)
+    capacity = sum(capacities.values())
+    rate, at = max_sustainable(
+        fleet,
+        "weighted-least-connections",
+        conv,
+        capacity,
+        capacities,
+        duration=60.0,
+        seed=0,
+        steps=4,
+    )
+    assert 0 < rate <= 1.2 * capacity
+    assert at is not None
+    assert at.ttft_p99_s is not None
+    assert at.ttft_p99_s <= 2.0
+
+
+def test_poisson_arrivals_come_at_the_asked_rate() -> None:
+    mix = LognormalMix((1000, 1155), (129, 211))
+    arrivals = list(poisson(50.0, 200.0, mix, random.Random(0)))
+    assert 9_500 < len(arrivals) < 10_500
+    assert all(a.time < 200.0 for a in arrivals)
+
+
+def test_gamma_burstiness_keeps_the_rate_but_clusters_arrivals() -> None:
+    mix = TraceMix(bundled_trace("conv"))
+
+    def gaps_cv(shape: float) -> tuple[int, float]:
+        times = [a.time for a in gamma(20.0, shape, 500.0, mix, random.Random(0))]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        mean = sum(gaps) / len(gaps)
+        sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+        return len(times), sd / mean
+
+    n1, cv1 = gaps_cv(1.0)
+    n2, cv2 = gaps_cv(0.25)
+    assert abs(n1 - 10_000) < 600
+    assert abs(n2 - 10_000) < 1_200
+    assert cv2 > 1.5 * cv1
+
+
+def test_a_replayed_trace_is_rescaled_to_the_asked_rate() -> None:
+    rows = bundled_trace("code")
+    arrivals = list(replay(rows, 10.0, 3000.0))
+    assert 25_000 < len(arrivals) < 35_000
+    assert arrivals[0].prompt_tokens == rows[0].prompt_tokens
+
+
+def test_the_bundled_traces_ship_with_their_license() -> None:
+    from importlib import resources
+
+    folder = resources.files("router.sim") / "traces" / "azure-llm-2023"
+    assert "Attribution 4.0 International" in (folder / "LICENSE").read_text(encoding="utf-8")
+    assert "Splitwise" in (folder / "README.md").read_text(encoding="utf-8")
+    assert len(bundled_trace("conv")) == 19_366
+
+
+def test_a_bad_trace_row_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,lots,109\n"
+    )
+    with pytest.raises(ConfigError, match=r"t.csv:3: row"):
+        load_trace(path)
