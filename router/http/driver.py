@@ -1,0 +1,115 @@
+"""The asyncio driver of the router core: tickets for handlers, timers for the core.
+
+The core is synchronous and knows nothing of tasks. A request handler submits through
+:meth:`AsyncRouter.submit` and gets a :class:`Ticket`; the core's events about that request
+(an assignment to try, or the request's ending) arrive on the ticket in order. When the core
+cancels an attempt (preemption), the ticket's ``on_cancel`` hook lets the handler stop its
+upstream call. Timers expire deadlines and run the adaptive tuners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from router.core import Assignment, CoreListener, Finished, RouterCore
+from router.request import Request
+
+Event = Assignment | Finished
+
+
+class Ticket:
+    """One request's events, in order, for the handler that serves it."""
+
+    __slots__ = ("_events", "attempt_cancelled", "request")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self.attempt_cancelled: Callable[[Assignment], None] | None = None
+        """Set by the handler while an attempt runs; called when the core cancels it."""
+
+    def push(self, event: Event) -> None:
+        self._events.put_nowait(event)
+
+    async def next(self) -> Event:
+        return await self._events.get()
+
+    def next_nowait(self) -> Event | None:
+        try:
+            return self._events.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
+
+class AsyncRouter(CoreListener):
+    def __init__(self, core: RouterCore, *, expire_every_s: float = 0.05) -> None:
+        self.core = core
+        self.expire_every_s = expire_every_s
+        self._tickets: dict[str, Ticket] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        core.listeners.append(self)
+
+    # ---- for handlers ----------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Ticket:
+        """Hand a request to the core; its events arrive on the returned ticket."""
+        ticket = Ticket(request)
+        self._tickets[request.id] = ticket
+        self.core.submit(request)
+        return ticket
+
+    def forget(self, request_id: str) -> None:
+        """The handler is done with a request (after its ending)."""
+        self._tickets.pop(request_id, None)
+
+    def abandon(self, ticket: Ticket, reason: str = "cancelled by client") -> None:
+        """The client went away: end the request wherever it is."""
+        self.core.cancel(ticket.request.id, reason)
+        self.forget(ticket.request.id)
+
+    # ---- core listener ---------------------------------------------------------------------
+
+    def on_assign(self, assignment: Assignment) -> None:
+        ticket = self._tickets.get(assignment.request.id)
+        if ticket is not None:
+            ticket.push(assignment)
+
+    def on_finish(self, finished: Finished) -> None:
+        ticket = self._tickets.get(finished.request.id)
+        if ticket is not None:
+            ticket.push(finished)
+
+    def on_cancel(self, assignment: Assignment) -> None:
+        ticket = self._tickets.get(assignment.request.id)
+        if ticket is not None and ticket.attempt_cancelled is not None:
+            ticket.attempt_cancelled(assignment)
+
+    # ---- timers ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the timers on the running loop."""
+        self._tasks.append(asyncio.create_task(self._expire_loop(), name="router-expire"))
+        adaptive = self.core.settings.adaptive
+        if adaptive.weights or adaptive.batch_sizes:
+            self._tasks.append(asyncio.create_task(self._tune_loop(), name="router-tune"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.expire_every_s)
+            self.core.expire()
+
+    async def _tune_loop(self) -> None:
+        interval = self.core.settings.adaptive.interval_s
+        while True:
+            await asyncio.sleep(interval)
+            self.core.tune()
