@@ -1,10 +1,36 @@
-"""The ``gpurouter`` command line. Heavy imports happen inside each subcommand."""
+"""The ``gpurouter`` command line.
+
+Each subcommand lives in its own module of ``console/`` with two functions:
+``add_arguments(parser)`` and ``run(args, out, err) -> int`` (the exit code). The modules keep
+their heavy imports inside ``run`` so that ``gpurouter --help`` and the quick commands stay
+quick. Add a command by adding a line to ``COMMANDS``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import Protocol, TextIO, cast
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module in console/, one-line help)
+    "config": ("config_check", "work with fleet files (config check FILE)"),
+    "strategies": ("strategies_list", "list the routing strategies"),
+    "sim": ("sim_command", "compare strategies on the fleet simulator"),
+    "emulate": ("emulate_command", "serve a fleet's replicas as emulated vLLM servers"),
+}
+
+
+class _Command(Protocol):
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> int: ...
+
+
+def _module(name: str) -> _Command:
+    return cast(_Command, importlib.import_module(f"console.{COMMANDS[name][0]}"))
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -13,45 +39,14 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Route LLM inference across heterogeneous GPU fleets.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    config = sub.add_parser("config", help="work with fleet files")
-    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    check = config_sub.add_parser("check", help="validate a fleet file")
-    check.add_argument("file", help="fleet YAML file")
-
-    sub.add_parser("strategies", help="list the routing strategies")
-
-    from console import sim_command
-
-    sim_command.add_arguments(sub.add_parser("sim", help="compare strategies on the simulator"))
-
-    from console import emulate_command
-
-    emulate_command.add_arguments(
-        sub.add_parser("emulate", help="serve a fleet's replicas as emulated vLLM servers")
-    )
+    for name, (_, help_text) in COMMANDS.items():
+        _module(name).add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
-    if args.command == "config":
-        from console.config_check import run_check
-
-        return run_check(args.file, sys.stdout, sys.stderr)
-    if args.command == "sim":
-        from console.sim_command import run
-
-        return run(args, sys.stdout)
-    if args.command == "emulate":
-        from console.emulate_command import run as run_emulate
-
-        return run_emulate(args, sys.stdout, sys.stderr)
-    if args.command == "strategies":
-        from console.strategies_list import print_strategies
-
-        return print_strategies(sys.stdout)
-    raise AssertionError(f"unhandled command {args.command}")
+    return _module(args.command).run(args, sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":

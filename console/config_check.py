@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import TextIO
 
 from router.config import load_fleet, unprofiled_kinds
 from router.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="validate a fleet file")
+    check.add_argument("file", help="fleet YAML file")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return run_check(args.file, out, err)
 
 
 def run_check(path: str, out: TextIO, err: TextIO) -> int:

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per strategy")
 
 
-def run(args: argparse.Namespace, out: TextIO) -> int:
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fleet = load_fleet(args.fleet)
     names = sorted(STRATEGIES) if args.strategy == "all" else [args.strategy]
     unknown = [n for n in names if n not in STRATEGIES]

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import TextIO
 
 from router.strategies import STRATEGIES
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """No options."""
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return print_strategies(out)
 
 
 def print_strategies(out: TextIO) -> int:

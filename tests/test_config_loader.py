@@ -96,7 +96,8 @@ def test_mixed_example_weighs_a100_above_v100() -> None:
     a100, v100 = by_gpu["A100-80GB"], by_gpu["V100-32GB"]
     assert a100.weight / v100.weight == pytest.approx(2.2)
     assert (a100.batch_size, v100.batch_size) == (256, 256)
-    assert a100.kv_capacity_tokens is not None and v100.kv_capacity_tokens is not None
+    assert a100.kv_capacity_tokens is not None
+    assert v100.kv_capacity_tokens is not None
     assert a100.kv_capacity_tokens > 4 * v100.kv_capacity_tokens
     assert (a100.tier, v100.tier) == ("strong", "standard")
     assert [r.endpoint[-5:] for r in fleet.replicas] == [str(p) for p in range(18001, 18009)]
@@ -654,3 +655,50 @@ def test_a_profile_written_twice_is_reported_at_the_repeat(tmp_path: Path) -> No
         load_catalog([twice])
     (problem,) = info.value.problems
     assert (problem.line, problem.key, problem.message) == (3, "gpus.X1", "defined twice")
+
+
+# --- server, health, broker TLS and console sections -----------------------------------------
+
+
+def test_server_health_and_console_sections_load() -> None:
+    fleet = parse_fleet(
+        fleet_text(
+            "server: {listen: '0.0.0.0:9000', admin_listen: '[::1]:9001', admin_token_env: TOK}",
+            "router: {health: {check_interval_s: 0, eject_after_failures: 2}}",
+            "console: {theme: light, keys: {drain: ctrl+e}}",
+            "broker: {url: 'mqtts://broker:8883', ca_file: ca.pem}",
+        ),
+        FILE,
+    )
+    assert (fleet.server.listen, fleet.server.admin_listen) == ("0.0.0.0:9000", "[::1]:9001")
+    assert fleet.server.admin_token_env == "TOK"
+    assert (fleet.router.health.check_interval_s, fleet.router.health.eject_after_failures) == (
+        0.0,
+        2,
+    )
+    assert fleet.console.theme == "light"
+    assert dict(fleet.console.keys) == {"drain": "ctrl+e"}
+    assert fleet.broker.ca_file == "ca.pem"
+
+
+@pytest.mark.parametrize("value", ["8000", "localhost", "host:port", "host:70000", ":8000"])
+def test_a_listen_address_must_be_host_and_port(value: str) -> None:
+    assert_problem(fleet_text(f"server: {{listen: '{value}'}}"), 11, "server.listen", "host:port")
+
+
+def test_the_longest_ejection_is_not_shorter_than_the_first() -> None:
+    assert_problem(
+        fleet_text("router: {health: {eject_base_s: 60, eject_max_s: 30}}"),
+        11,
+        "router.health.eject_max_s",
+        ">= eject_base_s",
+    )
+
+
+def test_a_health_path_starts_with_a_slash() -> None:
+    assert_problem(
+        fleet_text("router: {health: {check_path: health}}"),
+        11,
+        "router.health.check_path",
+        "starting with '/'",
+    )

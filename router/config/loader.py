@@ -31,14 +31,17 @@ from urllib.parse import urlsplit
 from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
+    ConsoleConfig,
     CostConfig,
     FleetConfig,
     GpuConfig,
+    HealthConfig,
     NodeConfig,
     QueueConfig,
     ReplicaConfig,
     RetryConfig,
     RouterConfig,
+    ServerConfig,
     StrategyConfig,
     TimeoutConfig,
 )
@@ -119,6 +122,17 @@ def _broker_url(v: str) -> str | None:
     return None if v == "embedded" else _url(("mqtt", "mqtts"), "mqtt://10.0.0.2:1883")(v)
 
 
+def _host_port(v: str) -> str | None:
+    host, sep, port = v.rpartition(":")
+    if sep and host and port.isdigit() and 0 <= int(port) <= 65535:
+        return None
+    return f"must be host:port, e.g. 127.0.0.1:8000 ([::1]:8000 for IPv6); got {v!r}"
+
+
+def _path(v: str) -> str | None:
+    return None if v.startswith("/") else f"must be a path starting with '/', got {v!r}"
+
+
 def _env_var(v: str) -> str | None:
     return None if _ENV_VAR.match(v) else f"must be an environment variable name, got {v!r}"
 
@@ -177,6 +191,27 @@ _RULES: dict[tuple[type, str], Rule] = {
     (BrokerConfig, "username"): _not_empty,
     (BrokerConfig, "password_env"): _env_var,
     (BrokerConfig, "sample_period_s"): _above(0),
+    (BrokerConfig, "ca_file"): _not_empty,
+    (BrokerConfig, "cert_file"): _not_empty,
+    (BrokerConfig, "key_file"): _not_empty,
+    (BrokerConfig, "keepalive_s"): _at_least(1),
+    (BrokerConfig, "max_payload_bytes"): _at_least(256),
+    (HealthConfig, "check_interval_s"): _at_least(0),
+    (HealthConfig, "check_path"): _path,
+    (HealthConfig, "check_timeout_s"): _above(0),
+    (HealthConfig, "eject_after_failures"): _at_least(0),
+    (HealthConfig, "eject_base_s"): _above(0),
+    (HealthConfig, "eject_max_s"): _above(0),
+    (HealthConfig, "engine_metrics_interval_s"): _at_least(0),
+    (ServerConfig, "listen"): _host_port,
+    (ServerConfig, "admin_listen"): _host_port,
+    (ServerConfig, "admin_token_env"): _env_var,
+    (ServerConfig, "max_body_bytes"): _at_least(1024),
+    (ServerConfig, "shutdown_grace_s"): _at_least(0),
+    (ServerConfig, "upstream_connections"): _at_least(1),
+    (ServerConfig, "keepalive_s"): _above(0),
+    (ConsoleConfig, "theme"): _name,
+    (ConsoleConfig, "refresh_s"): _above(0),
 }
 
 _DERIVED: dict[tuple[type, str], str] = {
@@ -406,6 +441,9 @@ def _check_router(r: _Reader, router: RouterConfig) -> None:
         r.problem("router.adaptive.shrink_above", "must be above grow_below")
     if _ok(t) and _ok(t.backoff_s, t.backoff_max_s) and t.backoff_max_s < t.backoff_s:
         r.problem("router.retries.backoff_max_s", "must be >= backoff_s")
+    h = router.health
+    if _ok(h) and _ok(h.eject_base_s, h.eject_max_s) and h.eject_max_s < h.eject_base_s:
+        r.problem("router.health.eject_max_s", "must be >= eject_base_s")
 
 
 def _check_strategy(r: _Reader, strategy: StrategyConfig) -> None:

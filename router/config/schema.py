@@ -152,6 +152,26 @@ class AdaptiveConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """Active health checks and passive outlier ejection of replicas."""
+
+    check_interval_s: float = 5.0
+    """How often each replica's health endpoint is probed; 0 turns active checks off."""
+    check_path: str = "/health"
+    """Path of the replica's health endpoint (vLLM, SGLang and TGI all serve ``/health``)."""
+    check_timeout_s: float = 2.0
+    """A probe that takes longer has failed."""
+    eject_after_failures: int = 5
+    """Consecutive failed requests or probes that eject a replica; 0 turns ejection off."""
+    eject_base_s: float = 10.0
+    """How long the first ejection lasts; each ejection in a row doubles it."""
+    eject_max_s: float = 300.0
+    """Longest ejection; after it a probe decides whether the replica comes back."""
+    engine_metrics_interval_s: float = 2.0
+    """How often each replica's own ``/metrics`` (queue, KV-cache usage) is read; 0: never."""
+
+
+@dataclass(frozen=True, slots=True)
 class RouterConfig:
     """How the router admits, routes and retries requests."""
 
@@ -167,6 +187,8 @@ class RouterConfig:
     """Request cost estimate."""
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     """Adaptive weights and batch sizes."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Health checks and outlier ejection."""
     decision_log_size: int = 256
     """How many recent routing decisions are kept, with their explanations."""
 
@@ -183,6 +205,48 @@ class BrokerConfig:
     """Name of the environment variable that holds the broker password (never the password)."""
     sample_period_s: float = 1.0
     """Telemetry sample period the agents use."""
+    ca_file: str | None = None
+    """CA bundle that signs the broker's certificate (``mqtts://``); the system's by default."""
+    cert_file: str | None = None
+    """Client certificate, for brokers that authenticate clients by TLS."""
+    key_file: str | None = None
+    """Private key of ``cert_file``."""
+    keepalive_s: int = 30
+    """MQTT keep-alive: how soon the broker notices a silent client and sends its will."""
+    max_payload_bytes: int = 65536
+    """Telemetry payloads larger than this are dropped and counted, unread."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The router's HTTP listeners: the OpenAI-compatible front door and the admin API."""
+
+    listen: str = "127.0.0.1:8000"
+    """``host:port`` of the front door (``/v1/...``, ``/health``, ``/ready``, ``/metrics``)."""
+    admin_listen: str = "127.0.0.1:8001"
+    """``host:port`` of the admin API; a non-loopback address needs ``admin_token_env``."""
+    admin_token_env: str | None = None
+    """Name of the environment variable that holds the admin bearer token (never the token)."""
+    max_body_bytes: int = 4194304
+    """Largest request body accepted; larger ones get HTTP 413."""
+    shutdown_grace_s: float = 30.0
+    """On SIGTERM, how long in-flight requests may take to finish before the router exits."""
+    upstream_connections: int | None = None
+    """Most open connections to all replicas together; by default the sum of batch sizes."""
+    keepalive_s: float = 60.0
+    """How long an idle upstream connection is kept for reuse."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """The terminal console's defaults."""
+
+    theme: str = "dark"
+    """Theme at start: ``dark``, ``light`` or ``high-contrast`` (switchable at run time)."""
+    refresh_s: float = 1.0
+    """How often the dashboard redraws from a fresh snapshot."""
+    keys: Mapping[str, str] = field(default_factory=_frozen_params)
+    """Key rebinding: action id -> key (Textual key names, e.g. ``ctrl+s`` or ``f5``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +263,10 @@ class FleetConfig:
     """Router settings."""
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     """Broker settings."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """HTTP listeners."""
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    """Console defaults."""
     profiles: tuple[str, ...] = ()
     """Paths of extra GPU/model profile YAML files, relative to the fleet file; they add to or
     override the built-in profiles in router/perf/."""

@@ -1,0 +1,70 @@
+"""What the router knows of its telemetry feed, as plain frozen data for readers.
+
+The MQTT subscriber keeps this up to date; the console, ``gpurouter ctl status``, the admin
+API and /metrics read it. Ages are measured on the router's own monotonic clock at arrival,
+never from timestamps in payloads, so a node with a wrong clock cannot look fresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class BrokerState(StrEnum):
+    DISABLED = "disabled"
+    """No broker configured for this process (telemetry off)."""
+    CONNECTING = "connecting"
+    """Trying to connect for the first time."""
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    """The connection was lost; retrying with backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFeed:
+    """One node's telemetry as the router has received it."""
+
+    node: str
+    online: bool
+    """The agent's last status said ``online`` (its will or its clean exit says ``offline``)."""
+    age_s: float | None
+    """Seconds since the node's last GPU sample arrived; None if none ever did."""
+    stale: bool
+    """No sample for more than 3 sample periods: its readings are not trusted."""
+    session: int | None
+    """The agent's session number (grows with each connect)."""
+    restarts: int
+    """New sessions seen after the first one."""
+    samples: int
+    """GPU batches applied."""
+    lost_samples: int
+    """Sequence numbers skipped within a session (messages the broker or network lost)."""
+    dropped: int
+    """Payloads from this node that were malformed, oversized or of a wrong version."""
+    last_error: str | None = None
+    """Why the latest dropped payload was refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryStatus:
+    """The whole feed: the broker connection and every node the fleet names or that spoke."""
+
+    broker: BrokerState
+    broker_url: str | None
+    nodes: tuple[NodeFeed, ...] = ()
+    dropped_unknown: int = 0
+    """Payloads on topics of nodes the fleet does not name, or unreadable topics."""
+    since_connect_s: float | None = None
+    """Seconds since the current connection was made (None when not connected)."""
+    errors: tuple[str, ...] = field(default=())
+    """Recent connection errors, newest last (bounded)."""
+
+    @property
+    def dropped(self) -> int:
+        """Every payload dropped, whichever node it claimed to come from."""
+        return self.dropped_unknown + sum(n.dropped for n in self.nodes)
+
+
+DISABLED = TelemetryStatus(BrokerState.DISABLED, None)
+"""The status of a router that runs without telemetry."""
