@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "strategies": ("strategies_list", "list the routing strategies"),
     "sim": ("sim_command", "compare strategies on the fleet simulator"),
     "emulate": ("emulate_command", "serve a fleet's replicas as emulated vLLM servers"),
+    "serve": ("serve_command", "run the router headless: OpenAI front door and admin API"),
 }
 
 

@@ -401,6 +401,7 @@ class RouterCore:
     # ---- internals ------------------------------------------------------------------------
 
     def _attach(self, strategy: Strategy) -> Strategy:
+        strategy.telemetry_stale_after_s = 3 * self.fleet.broker.sample_period_s
         strategy.attach(self.pool)
         self.pool.listener = strategy.update
         return strategy

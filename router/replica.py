@@ -33,6 +33,22 @@ class Telemetry:
     """Engine KV-cache usage, 0..1, from the replica's own metrics."""
 
 
+@dataclass(slots=True)
+class EngineLoad:
+    """The replica's engine's own view of its load, from its ``/metrics``, normalised over
+    engines (vLLM, SGLang, TGI) and stamped with the router's clock when read."""
+
+    engine: str
+    """Which engine's names were found: ``vllm``, ``vllm-deprecated``, ``sglang`` or ``tgi``."""
+    received_at: float
+    waiting: int | None = None
+    """Requests queued inside the engine."""
+    running: int | None = None
+    """Requests in the engine's running batch."""
+    kv_usage: float | None = None
+    """KV-cache usage, 0..1 (None: the engine does not say)."""
+
+
 @dataclass(slots=True, eq=False)
 class Replica:
     """Mutable runtime state; changed only by the router core, which tells the strategy."""
@@ -52,6 +68,10 @@ class Replica:
     latency: PeakEwma = field(default_factory=PeakEwma)
     """Seconds per unit of cost, over completed requests."""
     telemetry: Telemetry | None = None
+    engine: EngineLoad | None = None
+    """The engine's own queue and KV-cache usage, from its /metrics (None: never read)."""
+    node_online: bool | None = None
+    """What the node's agent last said (None: no agent heard from)."""
     completed: int = 0
     failed: int = 0
 
@@ -80,7 +100,9 @@ class Replica:
         return min(1.0, len(self.running) / self.batch_size), False
 
     def fits(self, request: Request) -> bool:
-        """Whether the replica could ever hold the request (context and KV budget)."""
+        """Whether the replica could ever serve the request (its model, context and KV budget)."""
+        if request.model is not None and request.model != self.config.model:
+            return False
         need = request.total_tokens
         limit = self.config.max_context_tokens
         kv = self.config.kv_capacity_tokens

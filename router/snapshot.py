@@ -46,6 +46,15 @@ class ReplicaSnapshot:
     ttft_p99_s: float | None
     e2e_p50_s: float | None
     e2e_p99_s: float | None
+    node_online: bool | None = None
+    """What the node's telemetry agent last said (None: no agent heard from)."""
+    engine_waiting: int | None = None
+    """Requests queued inside the replica's engine, from its /metrics."""
+    engine_running: int | None = None
+    kv_usage: float | None = None
+    """The engine's KV-cache usage, 0..1, from its /metrics."""
+    engine_age_s: float | None = None
+    """Age of the engine's /metrics reading (None: never read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +131,7 @@ def _replica(r: Replica, stats: ReplicaStats, now: float, stale_after: float) ->
     util, fresh = r.utilization(now, stale_after)
     age = None if r.telemetry is None else now - r.telemetry.received_at
     ttft, e2e = stats.ttft.values(), stats.e2e.values()
+    engine = r.engine
     return ReplicaSnapshot(
         id=r.id,
         node=r.config.node,
@@ -149,6 +159,11 @@ def _replica(r: Replica, stats: ReplicaStats, now: float, stale_after: float) ->
         ttft_p99_s=percentile(ttft, 0.99),
         e2e_p50_s=percentile(e2e, 0.5),
         e2e_p99_s=percentile(e2e, 0.99),
+        node_online=r.node_online,
+        engine_waiting=None if engine is None else engine.waiting,
+        engine_running=None if engine is None else engine.running,
+        kv_usage=None if engine is None else engine.kv_usage,
+        engine_age_s=None if engine is None else now - engine.received_at,
     )
 
 

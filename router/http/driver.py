@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 
 from router.core import Assignment, CoreListener, Finished, RouterCore
@@ -20,27 +21,38 @@ Event = Assignment | Finished
 
 
 class Ticket:
-    """One request's events, in order, for the handler that serves it."""
+    """One request's events, in order, for the handler that serves it.
 
-    __slots__ = ("_events", "attempt_cancelled", "request")
+    A deque and at most one waiting future: cheaper than an ``asyncio.Queue`` per request,
+    which matters on the hot path.
+    """
+
+    __slots__ = ("_events", "_waiter", "attempt_cancelled", "request")
 
     def __init__(self, request: Request) -> None:
         self.request = request
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._events: deque[Event] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.attempt_cancelled: Callable[[Assignment], None] | None = None
         """Set by the handler while an attempt runs; called when the core cancels it."""
 
     def push(self, event: Event) -> None:
-        self._events.put_nowait(event)
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def next(self) -> Event:
-        return await self._events.get()
+        while not self._events:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._events.popleft()
 
     def next_nowait(self) -> Event | None:
-        try:
-            return self._events.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+        return self._events.popleft() if self._events else None
 
 
 class AsyncRouter(CoreListener):

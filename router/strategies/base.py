@@ -33,6 +33,9 @@ class CandidateScore:
     """Age of the replica's latency signal (None: no sample yet)."""
     telemetry_age_s: float | None
     """Age of its GPU telemetry (None: none received)."""
+    telemetry_fresh: bool | None = None
+    """GPU telemetry was fresh (True), stale so router accounting stood in (False), or never
+    received (None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,9 @@ class Explanation:
     time: float
     candidates: tuple[CandidateScore, ...]
     note: str = ""
+    telemetry_note: str = ""
+    """Which replicas' GPU telemetry was stale, so that the router's own accounting (in
+    flight over batch size) stood in for their utilization; empty when none was."""
 
 
 class Strategy(ABC):
@@ -53,6 +59,9 @@ class Strategy(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     """One line, shown in the console's strategy picker."""
+    telemetry_stale_after_s: float = 3.0
+    """Age past which GPU telemetry is stale (the core sets 3 sample periods); explanations
+    say so for each replica whose telemetry is older."""
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:
         if params:
@@ -94,6 +103,9 @@ class Strategy(ABC):
                 weight=r.weight,
                 latency_age_s=r.latency.age(now),
                 telemetry_age_s=None if r.telemetry is None else now - r.telemetry.received_at,
+                telemetry_fresh=None
+                if r.telemetry is None
+                else r.utilization(now, self.telemetry_stale_after_s)[1],
             )
             for r in self.pool
         )
@@ -104,9 +116,17 @@ class Strategy(ABC):
             time=now,
             candidates=rows,
             note=self.note(request, chosen),
+            telemetry_note=_stale_note(rows),
         )
 
     @classmethod
     def describe_params(cls) -> Mapping[str, str]:
         """Parameter name -> one-line description (empty when it takes none)."""
         return {}
+
+
+def _stale_note(rows: tuple[CandidateScore, ...]) -> str:
+    stale = [row.replica for row in rows if row.telemetry_fresh is False]
+    if not stale:
+        return ""
+    return f"stale GPU telemetry on {', '.join(stale)}: router accounting used instead"

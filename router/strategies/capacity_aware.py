@@ -119,6 +119,9 @@ class CapacityAware(Strategy):
         return capacity - self._held[r.index]
 
     def _fresh_usage(self, r: Replica, now: float) -> float | None:
+        e = r.engine  # the engine's own /metrics first, then KV usage in GPU telemetry
+        if e is not None and e.kv_usage is not None and now - e.received_at < self.stale_after_s:
+            return e.kv_usage
         t = r.telemetry
         if t is None or t.kv_usage is None or now - t.received_at >= self.stale_after_s:
             return None

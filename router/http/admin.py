@@ -1,0 +1,189 @@
+"""The admin API: the router's state and the control surface over HTTP, on its own listener.
+
+- ``GET /admin/state``: the fleet snapshot as JSON, plus ``health`` and (when known)
+  ``telemetry``.
+- ``POST /admin/commands``: one control command (``{"command": "drain", "replica": "x"}``);
+  answers the audit event: 200 applied, 409 refused; 400 when it cannot be read.
+- ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
+  events as SSE, or as JSON lines with ``?format=jsonl``.
+- ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
+
+When a token is set every request needs ``Authorization: Bearer <token>``: none answers 401,
+a wrong one 403 (compared in constant time). The actor recorded in the audit trail is the
+``X-Actor`` header, or ``admin``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from router.control import ControlSurface, Event, parse_command
+from router.core import RouterCore
+from router.errors import ControlError
+from router.http.asgi import (
+    ClientGoneError,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    read_body,
+    send_error,
+    send_json,
+)
+from router.http.errors import HttpError, bad_request
+from router.http.health import HealthMonitor
+from router.telemetry.status import TelemetryStatus
+
+__all__ = ["AdminApi"]
+
+MAX_COMMAND_BYTES = 65536
+
+
+class AdminApi:
+    def __init__(
+        self,
+        core: RouterCore,
+        control: ControlSurface,
+        health: HealthMonitor,
+        *,
+        token: str | None = None,
+        telemetry: Callable[[], TelemetryStatus] | None = None,
+    ) -> None:
+        self.core = core
+        self.control = control
+        self.health = health
+        self.telemetry = telemetry
+        self._token = None if token is None else f"Bearer {token}".encode()
+        self._followers: set[asyncio.Queue[Event | None]] = set()
+
+    def close_streams(self) -> None:
+        """End every ``follow`` stream (the server is stopping)."""
+        for queue in self._followers:
+            queue.put_nowait(None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = header_map(scope)
+        refusal = self._refusal(headers)
+        if refusal is not None:
+            await send_error(send, refusal, [(b"www-authenticate", b"Bearer")])
+            return
+        route = (scope["method"], scope["path"])
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        try:
+            match route:
+                case ("GET", "/admin/state"):
+                    await send_json(send, 200, self.state())
+                case ("POST", "/admin/commands"):
+                    await self._command(receive, send, headers)
+                case ("GET", "/admin/events"):
+                    await self._events(receive, send, query)
+                case ("GET", "/admin/decisions"):
+                    limit = _int(query, "limit", self.core.settings.decision_log_size)
+                    decisions = list(self.core.decisions)[-limit:] if limit > 0 else []
+                    await send_json(
+                        send, 200, {"decisions": [dataclasses.asdict(d) for d in decisions]}
+                    )
+                case _:
+                    await send_error(
+                        send, HttpError(404, f"no route {scope['path']}", code="not_found")
+                    )
+        except HttpError as exc:
+            await send_error(send, exc)
+        except ClientGoneError:
+            return
+
+    def _refusal(self, headers: dict[str, str]) -> HttpError | None:
+        if self._token is None:
+            return None
+        given = headers.get("authorization")
+        if given is None:
+            return HttpError(
+                401, "a bearer token is required", "authentication_error", code="unauthorized"
+            )
+        if not hmac.compare_digest(given.encode("latin-1"), self._token):
+            return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """The snapshot as a dict, with the health monitor's view and the telemetry feed."""
+        data = self.core.snapshot().to_dict()
+        data["health"] = self.health.status()
+        if self.telemetry is not None:
+            data["telemetry"] = dataclasses.asdict(self.telemetry())
+        return data
+
+    async def _command(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        body = await read_body(receive, headers, MAX_COMMAND_BYTES)
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"the body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise bad_request("the body must be a JSON object with a `command`")
+        try:
+            command = parse_command(data)
+        except ControlError as exc:
+            raise HttpError(400, str(exc), code="invalid_command") from None
+        event = self.control.apply(command, actor=headers.get("x-actor") or "admin")
+        await send_json(send, 200 if event.ok else 409, event.to_dict())
+
+    async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:
+        since = _int(query, "since", 0)
+        backlog = [e for e in self.control.audit if e.seq > since]
+        if query.get("follow") not in ("1", "true", "yes"):
+            await send_json(send, 200, {"events": [e.to_dict() for e in backlog]})
+            return
+        jsonl = query.get("format") == "jsonl"
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._followers.add(queue)
+        unsubscribe = self.control.subscribe(queue.put_nowait)
+        watcher = asyncio.create_task(_wait_disconnect(receive, queue))
+        content_type = b"application/x-ndjson" if jsonl else b"text/event-stream"
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
+                }
+            )
+            for old in backlog:
+                await send(_event_chunk(old, jsonl))
+            while (new := await queue.get()) is not None:
+                await send(_event_chunk(new, jsonl))
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            unsubscribe()
+            self._followers.discard(queue)
+            watcher.cancel()
+
+
+async def _wait_disconnect(receive: Receive, queue: asyncio.Queue[Event | None]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    queue.put_nowait(None)
+
+
+def _event_chunk(event: Event, jsonl: bool) -> dict[str, Any]:
+    data = orjson.dumps(event.to_dict())
+    body = data + b"\n" if jsonl else b"id: %d\ndata: %s\n\n" % (event.seq, data)
+    return {"type": "http.response.body", "body": body, "more_body": True}
+
+
+def _int(query: dict[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(f"`{name}` must be an integer", name) from None

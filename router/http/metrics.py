@@ -1,0 +1,196 @@
+"""Prometheus metrics of one router, in a registry of its own.
+
+Almost everything is read from the core when Prometheus scrapes (a custom collector), so the
+hot path pays only for the two latency histograms. Names:
+
+| metric | type | labels |
+|---|---|---|
+| ``gpurouter_requests_total`` | counter | ``outcome`` (completed, failed, rejected, expired) |
+| ``gpurouter_replica_requests_total`` | counter | ``replica``, ``outcome`` (completed, failed) |
+| ``gpurouter_retries_total`` | counter | ``replica`` (the replica an attempt failed on) |
+| ``gpurouter_ejections_total`` | counter | ``replica``, ``cause`` (failures, health_check) |
+| ``gpurouter_replica_in_flight`` | gauge | ``replica`` |
+| ``gpurouter_replica_batch_size`` | gauge | ``replica`` |
+| ``gpurouter_replica_weight`` | gauge | ``replica`` |
+| ``gpurouter_replica_state`` | gauge (1 for the current state) | ``replica``, ``state`` |
+| ``gpurouter_in_flight`` | gauge | |
+| ``gpurouter_queue_depth`` | gauge | |
+| ``gpurouter_queue_depth_by_priority`` | gauge | ``priority`` |
+| ``gpurouter_queue_capacity`` | gauge | |
+| ``gpurouter_imbalance_factor`` | gauge | |
+| ``gpurouter_strategy_info`` | info | ``strategy`` |
+| ``gpurouter_ttft_seconds`` | histogram | ``replica`` |
+| ``gpurouter_e2e_latency_seconds`` | histogram | ``replica`` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
+from router.imbalance import imbalance_factor
+from router.replica import ReplicaState
+
+__all__ = ["CONTENT_TYPE", "RouterMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
+)  # fmt: skip
+"""vLLM's TTFT buckets, so router and engine histograms line up."""
+E2E_BUCKETS = (
+    0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
+)  # fmt: skip
+
+
+class RouterMetrics(CoreListener):
+    """The registry of one router; ``render()`` is the /metrics body."""
+
+    def __init__(
+        self,
+        core: RouterCore,
+        ejections: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+    ) -> None:
+        self.core = core
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._ejections_source = ejections
+        ids = [r.id for r in core.pool]
+        ttft = Histogram(
+            "gpurouter_ttft_seconds",
+            "Time from arrival at the router to the first byte sent to the client.",
+            ["replica"],
+            registry=self.registry,
+            buckets=TTFT_BUCKETS,
+        )
+        e2e = Histogram(
+            "gpurouter_e2e_latency_seconds",
+            "Time from arrival at the router to the end of a completed request.",
+            ["replica"],
+            registry=self.registry,
+            buckets=E2E_BUCKETS,
+        )
+        # Children bound once: observe() on the hot path is then one call.
+        self._ttft = [ttft.labels(i) for i in ids]
+        self._e2e = {i: e2e.labels(i) for i in ids}
+        self.registry.register(_CoreCollector(self))
+        core.listeners.append(self)
+
+    def first_byte(self, a: Assignment) -> None:
+        if a.first_byte is not None:
+            self._ttft[a.replica.index].observe(a.first_byte - a.request.arrival)
+
+    def on_finish(self, finished: Finished) -> None:
+        if finished.outcome is Outcome.COMPLETED and finished.replica is not None:
+            self._e2e[finished.replica].observe(finished.time - finished.request.arrival)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _CoreCollector(Collector):
+    """Reads the core's counters and gauges at scrape time."""
+
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        core = self._metrics.core
+        yield _requests(core)
+        yield from _replicas(core)
+        ejections = CounterMetricFamily(
+            "gpurouter_ejections",
+            "Replicas ejected by health checking, by cause.",
+            labels=["replica", "cause"],
+        )
+        source = self._metrics._ejections_source
+        for (replica, cause), count in (source() if source else {}).items():
+            ejections.add_metric([replica, cause], count)
+        yield ejections
+        yield from _queue(core)
+        yield GaugeMetricFamily(
+            "gpurouter_in_flight", "Requests running on replicas.", len(core.running)
+        )
+        now = core.clock()
+        stale_after = 3 * core.fleet.broker.sample_period_s
+        active = [
+            r.utilization(now, stale_after)[0] for r in core.pool if r.state is ReplicaState.ACTIVE
+        ]
+        yield GaugeMetricFamily(
+            "gpurouter_imbalance_factor",
+            "Max over min utilization of the active replicas (1.0 when idle).",
+            imbalance_factor(active),
+        )
+        info = InfoMetricFamily("gpurouter_strategy", "The routing strategy in use.")
+        info.add_metric([], {"strategy": core.strategy.name})
+        yield info
+
+
+def _requests(core: RouterCore) -> Metric:
+    family = CounterMetricFamily(
+        "gpurouter_requests", "Requests ended, by outcome.", labels=["outcome"]
+    )
+    for outcome in Outcome:
+        family.add_metric([str(outcome)], core.outcomes.get(outcome, 0))
+    return family
+
+
+def _replicas(core: RouterCore) -> Iterable[Metric]:
+    requests = CounterMetricFamily(
+        "gpurouter_replica_requests",
+        "Attempts ended on each replica, by outcome.",
+        labels=["replica", "outcome"],
+    )
+    retries = CounterMetricFamily(
+        "gpurouter_retries", "Attempts retried elsewhere after failing here.", labels=["replica"]
+    )
+    in_flight = GaugeMetricFamily(
+        "gpurouter_replica_in_flight", "Requests running on the replica.", labels=["replica"]
+    )
+    batch = GaugeMetricFamily(
+        "gpurouter_replica_batch_size",
+        "Most requests sent to the replica at once.",
+        labels=["replica"],
+    )
+    weight = GaugeMetricFamily(
+        "gpurouter_replica_weight", "The replica's effective weight.", labels=["replica"]
+    )
+    state = GaugeMetricFamily(
+        "gpurouter_replica_state", "1 for the replica's current state.", labels=["replica", "state"]
+    )
+    for r in core.pool:
+        requests.add_metric([r.id, "completed"], r.completed)
+        requests.add_metric([r.id, "failed"], r.failed)
+        retries.add_metric([r.id], core.stats[r.index].retries)
+        in_flight.add_metric([r.id], r.in_flight)
+        batch.add_metric([r.id], r.batch_size)
+        weight.add_metric([r.id], r.weight)
+        for s in ReplicaState:
+            state.add_metric([r.id, str(s)], 1.0 if r.state is s else 0.0)
+    return requests, retries, in_flight, batch, weight, state
+
+
+def _queue(core: RouterCore) -> Iterable[Metric]:
+    yield GaugeMetricFamily(
+        "gpurouter_queue_depth", "Requests waiting to be placed.", len(core.queue)
+    )
+    yield GaugeMetricFamily(
+        "gpurouter_queue_capacity", "Most requests that may wait.", core.queue.capacity
+    )
+    by_priority = GaugeMetricFamily(
+        "gpurouter_queue_depth_by_priority", "Requests waiting, by priority.", labels=["priority"]
+    )
+    for priority, n in core.queue.depth_by_priority().items():
+        by_priority.add_metric([priority.name.lower()], n)
+    yield by_priority

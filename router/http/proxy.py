@@ -1,0 +1,372 @@
+"""The attempt loop: one client request, its attempts on replicas, and the relay of the answer.
+
+A handler reads the body once, submits the request to the core (through the AsyncRouter's
+ticket) and then follows the ticket's events: each :class:`~router.core.Assignment` is an
+attempt on a replica, the :class:`~router.core.Finished` ends the request. An attempt:
+
+- forwards the original body bytes to the replica, with ``X-Request-ID``;
+- on a connect error, a timeout, a 5xx or a cut connection *before anything reached the
+  client*, tells health checking, waits the backoff and hands the failure to the core, which
+  re-queues the request for another replica (up to ``router.retries.attempts``) or fails it;
+- relays a streamed answer (SSE) chunk by chunk as it arrives; a non-streamed answer (a small
+  JSON body) is read whole first, so a replica that dies mid-body is retried too;
+- after the first byte reached the client nothing is retried: a failure ends the SSE stream
+  with an explicit ``data: {"error": ...}`` event;
+- a 4xx from the replica is the request's fault: relayed as it is, not retried.
+
+A preemption cancels the running attempt (the core re-queues or fails the request and says so
+on the ticket); a client that disconnects cancels the handler, which closes the upstream
+connection and ends the request in the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+
+from router.core import Assignment, Finished, Outcome
+from router.http.asgi import (
+    ClientGoneError,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    read_body,
+    send_error,
+)
+from router.http.errors import (
+    HttpError,
+    deadline_passed,
+    model_not_found,
+    no_replica,
+    queue_full,
+    upstream_failed,
+)
+from router.http.parse import parse_request
+from router.http.upstream import failure_reason
+from router.replica import Replica, ReplicaState
+from router.request import Request
+
+if TYPE_CHECKING:
+    from router.http.driver import AsyncRouter, Ticket
+    from router.http.health import HealthMonitor
+    from router.http.metrics import RouterMetrics
+    from router.http.upstream import Upstream
+
+__all__ = ["REPLICA_HEADER", "Proxy"]
+
+log = logging.getLogger("gpurouter.http")
+
+REPLICA_HEADER = b"x-gpurouter-replica"
+SHUTTING_DOWN = "the router is shutting down"
+
+_HEADERS = frozenset(
+    (b"content-length", b"x-request-id", b"x-priority", b"x-session-id", b"authorization")
+)
+"""The request headers the proxy reads."""
+
+Failure = tuple[str, bool]
+"""(reason, whether the replica is to blame: counted by health checking and retried)."""
+
+
+class Proxy:
+    """Shared by every request of the front door."""
+
+    def __init__(
+        self,
+        router: AsyncRouter,
+        upstream: Upstream,
+        health: HealthMonitor,
+        metrics: RouterMetrics,
+    ) -> None:
+        self.router = router
+        self.core = core = router.core
+        self.upstream = upstream
+        self.health = health
+        self.metrics = metrics
+        fleet = core.fleet
+        self.limit = fleet.server.max_body_bytes
+        self.default_max_tokens = core.settings.cost.default_max_tokens
+        self.by_model: dict[str, list[Replica]] = defaultdict(list)
+        for r in core.pool:
+            self.by_model[r.config.model].append(r)
+        self.bases = [r.config.endpoint.rstrip("/") for r in core.pool]
+        self.active: set[asyncio.Task[None]] = set()
+        """Handlers in progress, so that stopping can wait for them."""
+        self._prefix = os.urandom(4).hex()
+        self._ids = itertools.count(1)
+
+    def backoff_s(self, attempts: int) -> float:
+        r = self.core.settings.retries
+        return float(min(r.backoff_s * 2 ** (attempts - 1), r.backoff_max_s))
+
+    async def handle(self, kind: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ``/v1/completions`` (``completion``) or ``/v1/chat/completions`` (``chat``)."""
+        headers = header_map(scope, _HEADERS)
+        rid = headers.get("x-request-id") or f"gr-{self._prefix}-{next(self._ids)}"
+        echo = [(b"x-request-id", rid.encode("latin-1"))]
+        try:
+            body = await read_body(receive, headers, self.limit)
+            parsed = parse_request(kind, body, headers, self.default_max_tokens)
+            self._check_model(parsed.model)
+        except HttpError as exc:
+            await send_error(send, exc, echo)
+            return
+        except ClientGoneError:
+            return
+        core_id = rid
+        if core_id in self.core.running or core_id in self.core.queue:
+            core_id = f"{rid}#{next(self._ids)}"  # a client reused its id: keep ours unique
+        request = Request(
+            core_id,
+            parsed.prompt_tokens,
+            parsed.max_tokens,
+            arrival=self.core.clock(),
+            priority=parsed.priority,
+            affinity_key=parsed.affinity_key,
+            model=parsed.model,
+        )
+        up_headers = {"content-type": "application/json", "x-request-id": rid}
+        if "authorization" in headers:
+            up_headers["authorization"] = headers["authorization"]
+        task = asyncio.current_task()
+        assert task is not None
+        ex = Exchange(self, task, send, scope["path"], body, up_headers, echo)
+        self.active.add(task)
+        ticket = self.router.submit(request)
+        ticket.attempt_cancelled = ex.on_attempt_cancelled
+        watcher = asyncio.create_task(ex.watch(receive))
+        try:
+            await ex.run(ticket)
+        except asyncio.CancelledError:
+            if ex.client_gone:
+                task.uncancel()
+                self.core.cancel(core_id, "client disconnected")
+            else:  # the server's grace ran out
+                self.core.cancel(core_id, SHUTTING_DOWN)
+                await ex.abort(no_replica(SHUTTING_DOWN))
+        except Exception as exc:  # a bug must not leave the request hanging in the core
+            log.exception("request %s failed in the router", rid)
+            self.core.cancel(core_id, f"router error: {type(exc).__name__}")
+            await ex.abort(HttpError(500, "internal router error", "server_error"))
+        finally:
+            ex.done = True
+            watcher.cancel()
+            self.router.forget(core_id)
+            self.active.discard(task)
+
+    def _check_model(self, model: str) -> None:
+        replicas = self.by_model.get(model)
+        if replicas is None:
+            raise model_not_found(model, sorted(self.by_model))
+        if not any(r.state is ReplicaState.ACTIVE for r in replicas):
+            raise no_replica(f"no healthy replica serves `{model}` now")
+
+
+class Exchange:
+    """One request's state through its attempts."""
+
+    __slots__ = (
+        "answered",
+        "attempt",
+        "body",
+        "client_gone",
+        "done",
+        "echo",
+        "path",
+        "preempted",
+        "proxy",
+        "send",
+        "sse",
+        "started",
+        "task",
+        "up_headers",
+    )
+
+    def __init__(
+        self,
+        proxy: Proxy,
+        task: asyncio.Task[None],
+        send: Send,
+        path: str,
+        body: bytes,
+        up_headers: dict[str, str],
+        echo: list[tuple[bytes, bytes]],
+    ) -> None:
+        self.proxy = proxy
+        self.task = task
+        self.send = send
+        self.path = path
+        self.body = body
+        self.up_headers = up_headers
+        self.echo = echo
+        self.attempt: Assignment | None = None
+        self.started = False
+        """The response has begun: nothing may be retried any more."""
+        self.answered = False
+        self.sse = False
+        self.preempted = False
+        self.client_gone = False
+        self.done = False
+
+    # ---- signals from outside the handler --------------------------------------------------
+
+    def on_attempt_cancelled(self, a: Assignment) -> None:
+        """The core cancelled an attempt (preemption): stop it where it is."""
+        if self.attempt is a:
+            self.preempted = True
+            self.task.cancel()
+
+    async def watch(self, receive: Receive) -> None:
+        """Wait for the client to go away; then cancel the handler."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.done:
+            self.client_gone = True
+            self.task.cancel()
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def run(self, ticket: Ticket) -> None:
+        running = self.proxy.core.running
+        while True:
+            event = ticket.next_nowait() or await ticket.next()
+            if isinstance(event, Finished):
+                await self._end(event)
+                return
+            if running.get(event.request.id) is event:  # else preempted before it began
+                await self._attempt(event)
+
+    async def _attempt(self, a: Assignment) -> None:
+        proxy = self.proxy
+        self.attempt = a
+        try:
+            failure = await self._exchange(a)
+            if failure is not None:
+                reason, blame = failure
+                if blame:
+                    proxy.health.failure(a.replica, reason)
+                retry = blame and not self.started
+                if retry and a.request.attempts < proxy.core.settings.retries.attempts:
+                    await asyncio.sleep(proxy.backoff_s(a.request.attempts))
+                proxy.core.fail(a, reason, retryable=retry)
+        except asyncio.CancelledError:
+            if self.preempted:
+                self.preempted = False
+                if self.task.uncancel() == 0 and not self.client_gone:
+                    return  # the core re-queued or failed the request: the ticket says which
+            raise
+        finally:
+            self.attempt = None
+
+    async def _exchange(self, a: Assignment) -> Failure | None:
+        proxy = self.proxy
+        r = a.replica
+        url = proxy.bases[r.index] + self.path
+        try:
+            async with proxy.upstream.post(url, self.body, self.up_headers) as response:
+                status = response.status
+                if status >= 500:
+                    return f"{r.id} answered {status}", True
+                content_type = response.headers.get("Content-Type", "application/json")
+                if status < 300 and content_type.startswith("text/event-stream"):
+                    return await self._relay(a, response, content_type)
+                data = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"{r.id}: {failure_reason(exc)}", True
+        await self._answer(a, status, content_type, data)
+        proxy.health.success(r)
+        if status >= 300:  # the replica refused the request itself: not its fault, not retried
+            proxy.core.fail(a, f"{r.id} answered {status}", retryable=False)
+        else:
+            proxy.core.complete(a)
+        return None
+
+    def _head(self, a: Assignment, status: int, content_type: str) -> dict[str, object]:
+        headers = [
+            (b"content-type", content_type.encode("latin-1")),
+            (REPLICA_HEADER, a.replica.id.encode()),
+            *self.echo,
+        ]
+        return {"type": "http.response.start", "status": status, "headers": headers}
+
+    def _first_byte(self, a: Assignment) -> None:
+        self.started = True
+        self.proxy.core.first_byte(a)
+        self.proxy.metrics.first_byte(a)
+
+    async def _answer(self, a: Assignment, status: int, content_type: str, data: bytes) -> None:
+        head = self._head(a, status, content_type)
+        head["headers"].append((b"content-length", b"%d" % len(data)))  # type: ignore[attr-defined]
+        self._first_byte(a)
+        await self.send(head)
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+        self.answered = True
+
+    async def _relay(
+        self, a: Assignment, response: aiohttp.ClientResponse, content_type: str
+    ) -> Failure | None:
+        send = self.send
+        events = 0
+        try:
+            async for chunk in response.content.iter_any():
+                if not self.started:
+                    self.sse = True
+                    self._first_byte(a)
+                    await send(self._head(a, response.status, content_type))
+                events += chunk.count(b"data:")
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"{a.replica.id}: {failure_reason(exc)}", True
+        if not self.started:
+            self.sse = True
+            self._first_byte(a)
+            await send(self._head(a, response.status, content_type))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self.answered = True
+        self.proxy.health.success(a.replica)
+        # One event per token, less the closing [DONE]: close enough for tokens per second.
+        self.proxy.core.complete(a, max(events - 1, 0))
+        return None
+
+    # ---- endings ---------------------------------------------------------------------------
+
+    async def _end(self, finished: Finished) -> None:
+        if finished.outcome is Outcome.COMPLETED or self.answered:
+            return
+        await self.abort(_http_error(finished))
+
+    async def abort(self, error: HttpError) -> None:
+        """Tell the client the request failed, however far its answer got."""
+        if self.answered:
+            return
+        self.answered = True
+        if not self.started:
+            await send_error(self.send, error, self.echo)
+            return
+        if self.sse:
+            event = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+            chunk = b"data: " + orjson.dumps(event) + b"\n\n"
+            await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _http_error(finished: Finished) -> HttpError:
+    match finished.outcome:
+        case Outcome.REJECTED if finished.retry_after_s is not None:
+            return queue_full(finished.retry_after_s)
+        case Outcome.REJECTED:
+            return HttpError(400, finished.reason, code="context_length_exceeded")
+        case Outcome.EXPIRED:
+            return deadline_passed()
+        case _ if finished.reason == SHUTTING_DOWN:
+            return no_replica(SHUTTING_DOWN)
+        case _:
+            return upstream_failed(finished.reason)

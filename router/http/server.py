@@ -1,0 +1,265 @@
+"""RouterServer: the whole data plane of one router, on the caller's event loop.
+
+It composes the core, the control surface, the asyncio driver, the upstream pool, health
+checking, metrics, the front door and the admin API, and runs both listeners with uvicorn
+(httptools, no lifespan, no access log) inside the running loop. ``gpurouter serve`` runs it
+headless under uvloop; the console and the demo embed it in their own loop.
+
+``start()`` installs no signal handlers (the console's app owns the loop's signals); only
+``serve_forever()`` does, for the serve command: SIGTERM or SIGINT stop accepting, let
+in-flight requests finish within ``server.shutdown_grace_s``, cancel the rest, and return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import random
+import signal
+import socket
+from collections.abc import Callable, Generator
+
+import uvicorn
+
+from router.clock import Clock, monotonic
+from router.config.schema import FleetConfig
+from router.control import ControlSurface
+from router.core import RouterCore
+from router.errors import ConfigError, Problem
+from router.http.admin import AdminApi
+from router.http.app import FrontDoor
+from router.http.driver import AsyncRouter
+from router.http.health import HealthMonitor
+from router.http.metrics import RouterMetrics
+from router.http.proxy import Proxy
+from router.http.upstream import Upstream
+from router.telemetry.status import TelemetryStatus
+
+__all__ = ["RouterServer", "is_loopback", "split_host_port"]
+
+_HANDLER_WAIT_S = 2.0
+"""After the grace, how long cancelled handlers get to unwind before the pool closes."""
+
+
+class RouterServer:
+    def __init__(
+        self,
+        fleet: FleetConfig,
+        *,
+        listen: str | None = None,
+        admin_listen: str | None = None,
+        admin_token: str | None = None,
+        telemetry: Callable[[], TelemetryStatus] | None = None,
+        clock: Clock = monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.listen = listen or fleet.server.listen
+        self.admin_listen = admin_listen or fleet.server.admin_listen
+        env = fleet.server.admin_token_env
+        if admin_token is None and env:
+            admin_token = os.environ.get(env) or None
+        self._check_admin_address(admin_token)
+        self.core = RouterCore(fleet, clock=clock, rng=rng)
+        self.control = ControlSurface(self.core)
+        self.router = AsyncRouter(self.core)
+        self.upstream = Upstream(fleet)
+        self.health = HealthMonitor(self.core, fleet.router.health, self.upstream.probe)
+        self.metrics = RouterMetrics(self.core, lambda: self.health.ejections_total)
+        self.proxy = Proxy(self.router, self.upstream, self.health, self.metrics)
+        self.front = FrontDoor(self.proxy, self.core, self.metrics)
+        self.admin = AdminApi(
+            self.core, self.control, self.health, token=admin_token, telemetry=telemetry
+        )
+        self._servers: list[_EmbeddedUvicorn] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._addresses: list[str] = []
+        self._stopped: asyncio.Event | None = None
+
+    def _check_admin_address(self, token: str | None) -> None:
+        host, _ = split_host_port(self.admin_listen)
+        if token is None and not is_loopback(host):
+            source = str(self.fleet.source or "fleet")
+            message = (
+                f"the admin API would listen on {self.admin_listen}, which is not loopback, "
+                "without a token; set server.admin_token_env (or listen on 127.0.0.1)"
+            )
+            raise ConfigError([Problem(source, None, "server.admin_listen", message)])
+
+    @property
+    def front_url(self) -> str:
+        return self._url(0)
+
+    @property
+    def admin_url(self) -> str:
+        return self._url(1)
+
+    def _url(self, i: int) -> str:
+        if not self._addresses:
+            raise RuntimeError("the router server is not started")
+        return self._addresses[i]
+
+    async def start(self) -> None:
+        """Bind both listeners, start the pool, the timers and health checks."""
+        sockets = [_bind(self.listen), _bind(self.admin_listen)]
+        try:
+            await self.upstream.start()
+            self.router.start()
+            self.health.start()
+            apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
+            for app, sock in zip(apps, sockets, strict=True):
+                server = _EmbeddedUvicorn(_config(app))
+                self._servers.append(server)
+                self._tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+                await server.wait_started(self._tasks[-1])
+                self._addresses.append(_address(sock))
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            await self.stop(0)
+            raise
+        self._stopped = asyncio.Event()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting; let in-flight requests finish within ``grace_s``; close the rest."""
+        grace = self.fleet.server.shutdown_grace_s if grace_s is None else grace_s
+        self.admin.close_streams()
+        for server in self._servers:
+            server.exit(grace)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Handlers the grace cut short unwind now (their request ends in the core).
+        pending = list(self.proxy.active)
+        if pending:
+            await asyncio.wait(pending, timeout=_HANDLER_WAIT_S)
+        self._servers.clear()
+        self._tasks.clear()
+        await self.health.stop()
+        await self.router.stop()
+        await self.upstream.close()
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop gracefully (for ``gpurouter serve``)."""
+        if not self._servers:
+            await self.start()
+        loop = asyncio.get_running_loop()
+        signalled = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, signalled.set)
+        try:
+            await signalled.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+
+# ---- uvicorn inside someone else's loop --------------------------------------------------
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn that leaves signals to its host and waits for an event instead of polling."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._exit = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._grace_s = 0.0
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the host (serve_forever, or the console's app) owns signals
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self._ready.set()
+
+    async def main_loop(self) -> None:
+        await self._exit.wait()
+
+    async def wait_started(self, task: asyncio.Task[None]) -> None:
+        ready = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            task.result()  # raises what stopped it
+            raise RuntimeError("uvicorn stopped before it started")
+
+    def exit(self, grace_s: float) -> None:
+        self._grace_s = grace_s
+        self.should_exit = True
+        self._exit.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's graceful shutdown, without its fixed sleeps and with a float grace."""
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        # Idle keep-alive connections close now; busy ones close after their response.
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        tasks = set(self.server_state.tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self._grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=_HANDLER_WAIT_S)
+        for connection in list(self.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.close()
+        for server in self.servers:
+            await server.wait_closed()
+
+
+def _config(app: FrontDoor | AdminApi) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        http="httptools",
+        ws="none",
+        lifespan="off",
+        loop="none",
+        access_log=False,
+        log_config=None,
+        log_level="warning",
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+        backlog=2048,
+    )
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """``"127.0.0.1:8000"`` or ``"[::1]:0"`` -> (host, port); ValueError if malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(address: str) -> socket.socket:
+    host, port = split_host_port(address)
+    if host == "localhost":
+        host = "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,150 @@
+"""The admin API: bearer auth, state, commands through the control surface, the audit trail
+(streamed too), routing decisions; drain and preempt under load lose nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from router.control import Drain
+from router.core import Outcome
+from router.errors import ConfigError
+from router.http.server import RouterServer
+from router.replica import ReplicaState
+from router.telemetry.status import DISABLED
+from tests.http_support import Spec, routed, routed_fleet
+from tests.test_emulator_support import fleet_config, until
+from tests.test_http_failover import FAST_RETRY, assert_counts_add_up, load
+
+SPECS = (Spec("a"), Spec("b"), Spec("c"))
+TOKEN = "s3cret-token"
+
+
+async def test_with_a_token_set_no_token_is_401_and_a_wrong_one_403() -> None:
+    async with routed(SPECS[:1], admin_token=TOKEN) as (server, _):
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            missing = await admin.get("/admin/state")
+            wrong = await admin.get("/admin/state", headers={"Authorization": "Bearer nope"})
+            right = await admin.get("/admin/state", headers={"Authorization": f"Bearer {TOKEN}"})
+            command = await admin.post("/admin/commands", json={"command": "drain", "replica": "a"})
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"] == "Bearer"
+        assert wrong.status_code == 403
+        assert right.status_code == 200
+        assert command.status_code == 401
+        assert server.core.replica("a").state is ReplicaState.ACTIVE
+
+
+def test_a_non_loopback_admin_address_without_a_token_is_refused() -> None:
+    fleet = fleet_config(Spec("a"))
+    with pytest.raises(ConfigError, match=r"server\.admin_listen"):
+        RouterServer(fleet, listen="127.0.0.1:0", admin_listen="0.0.0.0:0")
+    RouterServer(fleet, listen="127.0.0.1:0", admin_listen="0.0.0.0:0", admin_token=TOKEN)
+
+
+async def test_state_commands_events_and_decisions() -> None:
+    async with routed(SPECS[:2]) as (server, emu):
+        server.admin.telemetry = lambda: DISABLED
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            applied = await admin.post(
+                "/admin/commands",
+                json={"command": "weight", "replica": "a", "weight": 3},
+                headers={"X-Actor": "alice"},
+            )
+            refused = await admin.post(
+                "/admin/commands", json={"command": "undrain", "replica": "a"}
+            )
+            unreadable = await admin.post("/admin/commands", json={"command": "fly"})
+            not_json = await admin.post("/admin/commands", content=b"{")
+            async with httpx.AsyncClient() as front:
+                body = {"model": emu.config.model, "prompt": "hi", "max_tokens": 2}
+                await front.post(server.front_url + "/v1/completions", json=body)
+            state = (await admin.get("/admin/state")).json()
+            events = (await admin.get("/admin/events", params={"since": 0})).json()["events"]
+            decisions = (await admin.get("/admin/decisions", params={"limit": 5})).json()
+        assert applied.status_code == 200
+        assert applied.json()["ok"] is True
+        assert applied.json()["actor"] == "alice"
+        assert refused.status_code == 409
+        assert refused.json()["ok"] is False
+        assert unreadable.status_code == 400
+        assert "unknown command" in unreadable.json()["error"]["message"]
+        assert not_json.status_code == 400
+        assert [r["id"] for r in state["replicas"]] == ["a", "b"]
+        assert state["replicas"][0]["weight"] == 3
+        assert state["outcomes"] == {"completed": 1}
+        assert set(state["health"]) == {"a", "b"}
+        assert state["telemetry"]["broker"] == "disabled"
+        assert [(e["kind"], e["actor"], e["ok"]) for e in events] == [
+            ("weight", "alice", True),
+            ("undrain", "admin", False),
+        ]
+        (decision,) = decisions["decisions"]
+        assert decision["chosen"] in {"a", "b"}
+        assert {c["replica"] for c in decision["candidates"]} == {"a", "b"}
+
+
+@pytest.mark.parametrize("fmt", ["sse", "jsonl"])
+async def test_events_follow_streams_new_events_as_they_happen(fmt: str) -> None:
+    async with routed(SPECS[:2]) as (server, _):
+        params = {"follow": "1", "format": fmt}
+        lines: list[str] = []
+        async with (
+            httpx.AsyncClient(base_url=server.admin_url, timeout=5) as admin,
+            admin.stream("GET", "/admin/events", params=params) as response,
+        ):
+            server.control.apply(Drain("b"), actor="bob")  # b is idle: drained at once
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") or line.startswith("{"):
+                    lines.append(line.removeprefix("data: "))
+                if len(lines) == 3:
+                    break
+        kinds = [(json.loads(x)["kind"], json.loads(x)["actor"]) for x in lines]
+        # The state changes the drain caused are recorded as it runs, the command after them.
+        assert kinds == [("state", "router"), ("state", "router"), ("drain", "bob")]
+
+
+async def test_drain_and_preempt_through_the_admin_api_under_load_lose_nothing() -> None:
+    """Draining lets in-flight work finish; preempting re-runs what had not started elsewhere
+    and ends streams already under way with an error; every request is accounted for."""
+    n = 60
+    async with routed(SPECS, time_scale=25, retries=FAST_RETRY) as (server, _):
+        traffic = asyncio.create_task(load(server, n, concurrency=12, tokens=120))
+        a, b = server.core.replica("a"), server.core.replica("b")
+        done = server.core.outcomes
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            await until(lambda: done[Outcome.COMPLETED] >= 4 and a.in_flight >= 2, timeout=10)
+            drained = await admin.post("/admin/commands", json={"command": "drain", "replica": "a"})
+            await until(lambda: done[Outcome.COMPLETED] >= 12 and b.in_flight >= 2, timeout=10)
+            preempted = await admin.post(
+                "/admin/commands", json={"command": "preempt", "replica": "b"}
+            )
+            seen = await traffic
+        assert drained.json()["ok"] is True
+        assert preempted.json()["ok"] is True
+        assert "re-queued" in preempted.json()["message"]
+        assert_counts_add_up(server, seen, n)
+        for s in seen:
+            if not s.ok:
+                assert s.stream
+                assert s.chunks > 0
+                assert "preempted" in s.error
+        assert a.state is ReplicaState.DRAINED
+        assert b.state is ReplicaState.DRAINED
+        assert server.core.replica("c").completed > 0
+
+
+def test_routed_fleet_keeps_the_emulated_endpoints() -> None:
+    """(helper check) the router is pointed at the emulator's real ports, not the file's."""
+    config = fleet_config(Spec("a"))
+
+    class Fake:
+        def url(self, replica_id: str) -> str:
+            return "http://127.0.0.1:1234"
+
+    fleet = routed_fleet(config, Fake(), retries=FAST_RETRY)  # type: ignore[arg-type]
+    assert fleet.replicas[0].endpoint == "http://127.0.0.1:1234"
+    assert fleet.router.retries == FAST_RETRY

@@ -1,0 +1,173 @@
+"""The front door with the real OpenAI client: completions and chat, streamed and not; the
+probes, the model list, metrics, and the request-id and replica headers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from aiohttp import web
+
+from router.control import Drain
+from router.core import Outcome
+from router.http.server import RouterServer
+from router.request import Priority
+from tests.http_support import MODEL, Spec, hint, openai_client, routed
+from tests.recorder import Recorder
+from tests.test_emulator_support import metric
+
+SPECS = (Spec("a"), Spec("b"))
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[RouterServer]:
+    async with routed(SPECS) as (router, _):
+        yield router
+
+
+async def test_completion_and_chat_through_the_openai_client(server: RouterServer) -> None:
+    client = openai_client(server)
+    text = await client.completions.create(
+        model=MODEL, prompt="hello", max_tokens=5, extra_body=hint(10, 5)
+    )
+    assert text.usage is not None
+    assert text.usage.completion_tokens == 5
+    chat = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].finish_reason == "length"
+    await client.close()
+    assert server.core.outcomes[Outcome.COMPLETED] == 2
+
+
+async def test_streams_arrive_chunk_by_chunk_through_the_openai_client(
+    server: RouterServer,
+) -> None:
+    client = openai_client(server)
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    await client.close()
+    contents = [c.choices[0].delta.content for c in chunks if c.choices]
+    assert len(contents) >= 6  # the role chunk, then one per token
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+    assert server.core.outcomes[Outcome.COMPLETED] == 1
+
+
+async def test_a_stream_is_relayed_before_the_replica_has_finished(server: RouterServer) -> None:
+    """SSE is passed through as it comes: the first event arrives while the replica is still
+    generating (never buffered whole)."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 5000, "stream": True, **hint(10, 5000)}
+    async with (
+        httpx.AsyncClient(timeout=10) as client,
+        client.stream("POST", server.front_url + "/v1/completions", json=body) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith("data: {"):
+                break
+        assert len(server.core.running) == 1  # still generating upstream
+    await asyncio.wait_for(_until_idle(server), 5)
+
+
+async def _until_idle(server: RouterServer) -> None:
+    while server.core.running:
+        await asyncio.sleep(0.005)
+
+
+async def test_the_response_names_the_replica_and_echoes_the_request_id(
+    server: RouterServer,
+) -> None:
+    client = openai_client(server)
+    raw = await client.completions.with_raw_response.create(
+        model=MODEL, prompt="hi", max_tokens=2, extra_headers={"X-Request-ID": "req-42"}
+    )
+    made = await client.completions.with_raw_response.create(model=MODEL, prompt="hi", max_tokens=2)
+    await client.close()
+    assert raw.headers["x-request-id"] == "req-42"
+    assert raw.headers["x-gpurouter-replica"] in {"a", "b"}
+    assert made.headers["x-request-id"]  # made up by the router when the client sent none
+    assert made.headers["x-request-id"] != "req-42"
+
+
+async def test_request_id_priority_and_session_reach_upstream_and_the_core() -> None:
+    """The request id is forwarded to the replica; X-Priority and X-Session-ID set the core's
+    priority and affinity key; the body is forwarded byte for byte."""
+    seen: list[tuple[dict[str, str], bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((dict(request.headers), await request.read()))
+        return web.json_response({"id": "x", "object": "text_completion", "choices": []})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", record)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    async with routed(SPECS[:1]) as (server, _):
+        server.proxy.bases[0] = f"http://127.0.0.1:{port}"
+        recorder = Recorder()
+        server.core.listeners.append(recorder)
+        body = b'{"model": "%s",  "prompt": "hi"}' % MODEL.encode()
+        async with httpx.AsyncClient() as client:
+            response = await client.post(
+                server.front_url + "/v1/completions",
+                content=body,
+                headers={"X-Request-ID": "abc", "X-Priority": "high", "X-Session-ID": "s1"},
+            )
+    await runner.cleanup()
+    assert response.status_code == 200
+    ((headers, forwarded),) = seen
+    assert headers["X-Request-ID"] == "abc"
+    assert forwarded == body
+    (request,) = [a.request for a in recorder.assigned]
+    assert request.priority is Priority.HIGH
+    assert request.affinity_key == "s1"
+
+
+async def test_models_health_ready_and_metrics(server: RouterServer) -> None:
+    client = openai_client(server)
+    models = await client.models.list()
+    await client.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+    await client.close()
+    assert [m.id for m in models.data] == [MODEL]
+    async with httpx.AsyncClient(base_url=server.front_url) as http:
+        assert (await http.get("/health")).status_code == 200
+        assert (await http.get("/ready")).json() == {"ready": True, "active": 2}
+        text = (await http.get("/metrics")).text
+        server.control.apply(Drain("a"))
+        server.control.apply(Drain("b"))
+        assert (await http.get("/ready")).status_code == 503
+    assert metric(text, 'gpurouter_requests_total{outcome="completed"}') == 1
+    assert total(text, "gpurouter_ttft_seconds_count") == 1
+    assert total(text, "gpurouter_e2e_latency_seconds_count") == 1
+    assert metric(text, 'gpurouter_replica_state{replica="a",state="active"}') == 1
+    assert 'gpurouter_strategy_info{strategy="weighted-least-connections"} 1.0' in text
+    for name in (
+        "gpurouter_queue_depth",
+        "gpurouter_imbalance_factor",
+        "gpurouter_replica_in_flight",
+        'gpurouter_queue_depth_by_priority{priority="high"}',
+        'gpurouter_retries_total{replica="a"}',
+    ):
+        metric(text, name)
+
+
+def total(text: str, name: str) -> float:
+    """The sum of every sample called ``name``, whatever its labels."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " "))
+    )
