@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("config_check", "work with fleet files (config check FILE)"),
     "strategies": ("strategies_list", "list the routing strategies"),
     "sim": ("sim_command", "compare strategies on the fleet simulator"),
+    "run": ("run_command", "run a scenario file (simulated or live) and judge its checks"),
     "emulate": ("emulate_command", "serve a fleet's replicas as emulated vLLM servers"),
     "serve": ("serve_command", "run the router headless: OpenAI front door and admin API"),
 }

@@ -4,6 +4,13 @@ Discrete-event: arrivals, engine steps and timers are events on one heap; the cl
 one to the next. The core (queue, strategy, dispatch) is the very code the live router runs;
 only the replicas are models (``router.sim.engine``). Everything random comes from one seed,
 so the same seed gives the same numbers.
+
+Scripted runs (``gpurouter run --simulate``) add three things, none of which changes a plain
+run: callbacks at given virtual times (``at``), the request an arrival becomes
+(``make_request``, to set its priority), and faults on a replica (``kill``, ``revive``,
+``slow``, ``fail_fraction``), which the live router's own health monitor sees as the live one
+would: failed attempts are retried elsewhere and, enough of them in a row, eject the replica
+until a probe after the ejection window finds it back.
 """
 
 from __future__ import annotations
@@ -11,23 +18,35 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from router.clock import ManualClock
 from router.config.schema import FleetConfig, StrategyConfig
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
+from router.http.health import HealthMonitor
 from router.imbalance import imbalance_factor
 from router.perf.profiles import ProfileCatalog, default_catalog
+from router.replica import Replica, ReplicaState
 from router.request import Request
-from router.sim.engine import Engine, Sequence
+from router.sim.engine import Engine, Sequence, StepCost
 from router.sim.replica_model import engine_for
 from router.sim.workload import Arrival
 from router.stats import percentile
 
-ARRIVAL, STEP, EXPIRE, TUNE = range(4)
+ARRIVAL, STEP, EXPIRE, TUNE, CALL = range(5)
 WARMUP_SHARE = 0.2
+REFUSED_AFTER_S = 0.001
+"""How long an attempt on a dead or failing replica takes to fail (a refused connection)."""
+
+
+@dataclass(slots=True)
+class _Fault:
+    """What is wrong with one simulated replica (all false or zero when healthy)."""
+
+    dead: bool = False
+    fail_fraction: float = 0.0
 
 
 @dataclass(slots=True)
@@ -116,15 +135,27 @@ class Simulation(CoreListener):
         self._pending: Arrival | None = None
         self._dispatched = [0] * len(self.engines)
         self._duration = 0.0
+        self._calls: dict[int, Callable[[], None]] = {}
+        self._faults = [_Fault() for _ in self.engines]
+        self._base_costs: list[StepCost] = [e.cost for e in self.engines]
+        self._fault_rng = random.Random(seed + 1)
+        self.health = HealthMonitor(self.core, self.fleet.router.health)
+        """The live router's health monitor: passive ejection after failed attempts."""
 
     # ---- core listener ---------------------------------------------------------------------
 
     def on_assign(self, a: Assignment) -> None:
         i = a.replica.index
         req = a.request
-        self._live[req.id] = a
         if self.clock.now > WARMUP_SHARE * self._duration:
             self._dispatched[i] += 1
+        fault = self._faults[i]
+        if fault.dead or fault.fail_fraction:
+            failure = self._failure(fault)
+            if failure is not None:
+                self.at(self.clock.now + REFUSED_AFTER_S, lambda: self._attempt_failed(a, failure))
+                return
+        self._live[req.id] = a
         self.engines[i].add(Sequence(req.id, req.prompt_tokens, req.max_tokens))
         if not self._stepping[i]:
             self._kick(i)
@@ -138,6 +169,11 @@ class Simulation(CoreListener):
         rec.end = finished.time
         rec.outcome = finished.outcome
         rec.replica = finished.replica
+
+    def on_state(self, replica: Replica, old: ReplicaState) -> None:
+        ejection = self.health.ejections.get(replica.index)
+        if replica.state is ReplicaState.EJECTED and ejection is not None:
+            self.at(ejection.until, lambda: self._readmit_probe(replica.index))
 
     # ---- the event loop --------------------------------------------------------------------
 
@@ -172,7 +208,21 @@ class Simulation(CoreListener):
                 self.core.tune()
                 if self._busy():
                     self._push(t + interval, TUNE, 0)
+            elif kind == CALL:
+                self._calls.pop(index)()
         return self._result(duration_s)
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the virtual clock reaches ``t`` (during ``run``)."""
+        self._seq += 1
+        self._calls[self._seq] = fn
+        heapq.heappush(self._events, (t, self._seq, CALL, self._seq))
+
+    def make_request(self, request_id: str, arrival: Arrival) -> Request:
+        """The request an arrival becomes; override to give it a priority or affinity key."""
+        return Request(
+            request_id, arrival.prompt_tokens, arrival.output_tokens, arrival=arrival.time
+        )
 
     def _busy(self) -> bool:
         return self._pending is not None or bool(self.core.running) or len(self.core.queue) > 0
@@ -192,8 +242,7 @@ class Simulation(CoreListener):
         if arrival.time < duration_s:
             rid = f"s{len(self._records)}"
             self._records[rid] = _Record(arrival.time)
-            req = Request(rid, arrival.prompt_tokens, arrival.output_tokens, arrival=arrival.time)
-            self.core.submit(req)
+            self.core.submit(self.make_request(rid, arrival))
             self._next_arrival(source)
         else:
             self._pending = None
@@ -217,8 +266,77 @@ class Simulation(CoreListener):
             if a is not None:
                 self._records[seq.id].output_tokens = seq.output_tokens
                 self.core.complete(a, seq.output_tokens)
+                self.health.success(a.replica)
         if not self._stepping[i]:
             self._kick(i)
+
+    # ---- faults (as EmulatedFleet sets them on live replicas) ------------------------------
+
+    def kill(self, replica_id: str) -> None:
+        """The replica's server dies: its attempts fail now, new ones are refused."""
+        i = self.core.replica(replica_id).index
+        self._faults[i].dead = True
+        victims = [a for a in self._live.values() if a.replica.index == i]
+        for a in victims:
+            del self._live[a.request.id]
+            self.engines[i].cancel(a.request.id)
+        for a in victims:
+            self._attempt_failed(a, f"{replica_id}: connection reset (replica killed)")
+
+    def revive(self, replica_id: str) -> None:
+        """Back to normal, every fault undone (the health monitor readmits it in time)."""
+        i = self.core.replica(replica_id).index
+        self._faults[i] = _Fault()
+        self.engines[i].cost = self._base_costs[i]
+
+    heal = revive
+
+    def slow(self, replica_id: str, factor: float) -> None:
+        """Every engine step of the replica takes ``factor`` times as long."""
+        if not factor > 0:
+            raise ValueError(f"a slow-down factor must be > 0, got {factor}")
+        i = self.core.replica(replica_id).index
+        base = self._base_costs[i]
+
+        def slowed(prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
+            return factor * base(prefill_tokens, decode_seqs, decode_context_tokens)
+
+        self.engines[i].cost = slowed if factor != 1 else base
+
+    def fail_fraction(self, replica_id: str, fraction: float) -> None:
+        """The replica answers 500 to ``fraction`` of the attempts sent to it."""
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"a failing fraction must be between 0 and 1, got {fraction}")
+        self._faults[self.core.replica(replica_id).index].fail_fraction = fraction
+
+    def _failure(self, fault: _Fault) -> str | None:
+        if fault.dead:
+            return "connection refused (replica killed)"
+        if self._fault_rng.random() < fault.fail_fraction:
+            return "answered 500 (injected failure)"
+        return None
+
+    def _attempt_failed(self, a: Assignment, reason: str) -> None:
+        # As the proxy does: the core retries or fails it, the health monitor counts it.
+        if self.core.running.get(a.request.id) is not a:
+            return
+        self.core.fail(a, reason)
+        self.health.failure(a.replica, reason)
+
+    def _readmit_probe(self, i: int) -> None:
+        """The probe at the end of an ejection window: back in service if the server is up."""
+        r = self.core.pool.replicas[i]
+        ejection = self.health.ejections.get(i)
+        if ejection is None or r.state is not ReplicaState.EJECTED:
+            return
+        if not self._faults[i].dead:
+            self.core.readmit(r.id)
+            return
+        cfg = self.health.config
+        ejection.in_row += 1
+        window = min(cfg.eject_base_s * 2 ** (ejection.in_row - 1), cfg.eject_max_s)
+        ejection.until = self.clock.now + window
+        self.at(ejection.until, lambda: self._readmit_probe(i))
 
     # ---- results ---------------------------------------------------------------------------
 
