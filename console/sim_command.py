@@ -7,8 +7,10 @@ import json
 from typing import Any, TextIO
 
 from router.config import load_fleet
+from router.errors import GpuRouterError
 from router.sim.runner import (
     Workload,
+    catalog_for,
     fleet_capacity,
     max_sustainable,
     result_dict,
@@ -28,6 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
     p.add_argument("--trace", default="conv", help="length mix: conv, code or a CSV path")
     p.add_argument(
+        "--lengths",
+        choices=("trace", "lognormal"),
+        default="trace",
+        help="draw lengths from the trace's rows, or from a lognormal fit of them (trace)",
+    )
+    p.add_argument(
         "--arrivals",
         choices=("poisson", "gamma", "trace"),
         default="poisson",
@@ -40,17 +48,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="search each strategy's highest rate with p99 TTFT under --slo-ttft",
     )
     p.add_argument("--slo-ttft", type=float, default=2.0, help="p99 TTFT SLO, seconds (2)")
+    p.add_argument(
+        "--search-steps",
+        type=int,
+        default=7,
+        help="bisection steps of --max-sustainable over 0-1.2 x capacity (7: 1%% of capacity)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per strategy")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        rows = _rows(args, out)
+    except GpuRouterError as exc:
+        err.write(f"gpurouter sim: {exc}\n")
+        return 2
+    if not args.json:
+        _table(rows, args.max_sustainable, out)
+    return 0
+
+
+def _rows(args: argparse.Namespace, out: TextIO) -> list[dict[str, Any]]:
+    _check(args)
     fleet = load_fleet(args.fleet)
     names = sorted(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    unknown = [n for n in names if n not in STRATEGIES]
-    if unknown:
-        raise SystemExit(f"gpurouter sim: unknown strategy {unknown[0]!r}")
-    workload = Workload(trace_rows(args.trace), args.arrivals, args.burstiness)
-    capacities = fleet_capacity(fleet, workload.mix, seed=args.seed)
+    try:
+        workload = Workload(trace_rows(args.trace), args.arrivals, args.burstiness, args.lengths)
+    except ValueError as exc:
+        raise GpuRouterError(str(exc)) from None
+    catalog = catalog_for(fleet)
+    capacities = fleet_capacity(fleet, workload.mix, catalog, seed=args.seed)
     capacity = sum(capacities.values())
     rows = []
     for name in names:
@@ -64,6 +91,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 duration=args.duration,
                 seed=args.seed,
                 slo_ttft_p99_s=args.slo_ttft,
+                steps=args.search_steps,
+                catalog=catalog,
             )
             row: dict[str, Any] = {
                 "strategy": name,
@@ -71,20 +100,37 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "max_sustainable_fraction": round(rate / capacity, 4),
                 "capacity_rps": round(capacity, 4),
                 "slo_ttft_p99_s": args.slo_ttft,
+                "at_max": None if result is None else result_dict(result, rate, capacity),
             }
-            if result is not None:
-                row["at_max"] = result_dict(result, rate, capacity)
         else:
             rate = args.rate if args.rate is not None else (args.load or 0.8) * capacity
-            result = run_strategy(fleet, name, workload, rate, args.duration, args.seed, capacities)
+            result = run_strategy(
+                fleet, name, workload, rate, args.duration, args.seed, capacities, catalog
+            )
             row = result_dict(result, rate, capacity)
         rows.append(row)
         if args.json:
             out.write(json.dumps(row) + "\n")
             out.flush()
-    if not args.json:
-        _table(rows, args.max_sustainable, out)
-    return 0
+    return rows
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Refuse what cannot run, before the fleet's capacity is measured."""
+    if args.strategy != "all" and args.strategy not in STRATEGIES:
+        known = ", ".join(sorted(STRATEGIES))
+        raise GpuRouterError(f"unknown strategy {args.strategy!r}; known: all, {known}")
+    for flag, value in (
+        ("--rate", args.rate),
+        ("--load", args.load),
+        ("--duration", args.duration),
+        ("--burstiness", args.burstiness),
+        ("--slo-ttft", args.slo_ttft),
+    ):
+        if value is not None and not value > 0:
+            raise GpuRouterError(f"{flag} must be > 0, got {value}")
+    if args.search_steps < 1:
+        raise GpuRouterError(f"--search-steps must be >= 1, got {args.search_steps}")
 
 
 def _table(rows: list[dict[str, Any]], sustainable: bool, out: TextIO) -> None:

@@ -11,7 +11,16 @@ import pytest
 from router.config import load_fleet
 from router.core import RouterCore
 from router.errors import ConfigError
-from router.sim.runner import Workload, fleet_capacity, max_sustainable, run_strategy, trace_rows
+from router.sim.runner import (
+    KEEP_UP,
+    Workload,
+    batch_capacity,
+    fleet_capacity,
+    max_sustainable,
+    run_strategy,
+    simulate,
+    trace_rows,
+)
 from router.sim.simulator import Simulation
 from router.sim.workload import (
     LognormalMix,
@@ -24,6 +33,7 @@ from router.sim.workload import (
 )
 
 MIXED = Path(__file__).parent.parent / "examples" / "fleets" / "mixed-a100-v100.yaml"
+TUNED = MIXED.with_name("mixed-a100-v100-tuned.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +88,47 @@ def test_round_robin_overloads_the_v100s_where_weighted_routing_does_not(
     assert wlc.imbalance_factor < rr.imbalance_factor
     assert wlc.ttft_p99_s is not None
     assert rr.ttft_p99_s is None or rr.ttft_p99_s > wlc.ttft_p99_s
+
+
+def test_with_batch_sizes_a_v100_can_handle_the_queue_rescues_round_robin(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    """Late binding: at 90% of capacity round-robin overloads V100s left at batch size 256,
+    but with their batch size at 64 a request waits in the router for a free slot instead,
+    and freed A100 slots take it, so round-robin keeps up with short first tokens."""
+    rate = 0.9 * sum(capacities.values())
+    untuned = simulate(load_fleet(MIXED), "round-robin", conv, rate, 200.0, 1, capacities)
+    tuned = simulate(load_fleet(TUNED), "round-robin", conv, rate, 200.0, 1, capacities)
+    assert tuned.kept_up >= KEEP_UP
+    assert tuned.result.ttft_p99_s is not None
+    assert untuned.result.ttft_p99_s is None or untuned.result.ttft_p99_s > 10 * (
+        tuned.result.ttft_p99_s
+    )
+    assert (
+        tuned.result.utilization_by_gpu_model()["A100-80GB"]
+        > (untuned.result.utilization_by_gpu_model()["A100-80GB"])
+    )
+
+
+def test_a_run_past_capacity_does_not_keep_up_and_a_light_one_does(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    fleet = load_fleet(MIXED)
+    capacity = sum(capacities.values())
+    light = simulate(fleet, "weighted-least-connections", conv, 0.5 * capacity, 60.0, 2, capacities)
+    heavy = simulate(fleet, "weighted-least-connections", conv, 1.5 * capacity, 60.0, 2, capacities)
+    assert light.kept_up >= KEEP_UP
+    assert heavy.kept_up < KEEP_UP
+    assert light.arrival_rps == pytest.approx(0.5 * capacity, rel=0.1)
+
+
+def test_batch_sizes_below_what_a_card_handles_lower_the_fleets_ceiling(
+    conv: Workload, capacities: dict[str, float]
+) -> None:
+    ceiling = batch_capacity(load_fleet(TUNED), conv.mix)
+    assert ceiling["a100-0"] <= capacities["a100-0"]
+    assert ceiling["v100-0"] < capacities["v100-0"]
+    assert ceiling["v100-0"] > 0.9 * capacities["v100-0"]
 
 
 def test_max_sustainable_search_finds_a_rate_that_meets_the_slo(

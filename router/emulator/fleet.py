@@ -21,7 +21,7 @@ from router.emulator.faults import FaultCommand
 from router.emulator.gpu import BusyWindow, GpuLoad, gpu_inventory, gpu_samples
 from router.emulator.replica import EmulatedReplica
 from router.errors import ConfigError, ControlError, Problem
-from router.perf.profiles import ProfileCatalog, default_catalog
+from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.telemetry.schema import GpuInventory, GpuSample
 
 __all__ = ["EmulatedFleet", "loopback_address"]
@@ -66,7 +66,10 @@ class EmulatedFleet:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.config = config
         self.time_scale = time_scale
-        self.catalog = catalog or default_catalog()
+        # The fleet file's own profiles add to (or override) the built-in ones.
+        self.catalog = catalog or (
+            load_catalog(config.profiles) if config.profiles else default_catalog()
+        )
         chosen = _select(config, replicas)
         addresses = _addresses(config, chosen, ports or {})
         self.replicas: Mapping[str, EmulatedReplica] = {

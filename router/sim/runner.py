@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from router.config.schema import FleetConfig, ReplicaConfig
-from router.perf.profiles import ProfileCatalog, default_catalog
-from router.sim.capacity import measure_capacity
+from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
+from router.sim.capacity import capacity_at, measure_capacity
 from router.sim.replica_model import engine_for
-from router.sim.simulator import SimResult, Simulation
+from router.sim.simulator import WARMUP_SHARE, SimResult, Simulation
 from router.sim.workload import (
     Arrival,
     LengthMix,
+    LognormalMix,
     TraceMix,
     TraceRow,
     bundled_trace,
@@ -37,9 +38,23 @@ class Workload:
     arrivals: str = "poisson"
     """``poisson``, ``gamma`` (with ``burstiness``) or ``trace`` (the trace's own timing)."""
     burstiness: float = 1.0
+    lengths: str = "trace"
+    """``trace`` (drawn from the trace's rows) or ``lognormal`` (a lognormal fit of them)."""
+
+    def __post_init__(self) -> None:
+        if self.arrivals not in ("poisson", "gamma", "trace"):
+            raise ValueError(f"arrivals must be poisson, gamma or trace, not {self.arrivals!r}")
+        if self.lengths not in ("trace", "lognormal"):
+            raise ValueError(f"lengths must be trace or lognormal, not {self.lengths!r}")
+        if self.arrivals == "trace" and self.lengths != "trace":
+            raise ValueError("a trace replayed with its own timing brings its own lengths")
+        if not self.burstiness > 0:
+            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
 
     @property
     def mix(self) -> LengthMix:
+        if self.lengths == "lognormal":
+            return LognormalMix.fit(self.trace)
         return TraceMix(self.trace)
 
     def generate(self, rate: float, duration: float, seed: int) -> Iterator[Arrival]:
@@ -56,11 +71,16 @@ def trace_rows(name_or_path: str) -> list[TraceRow]:
     return load_trace(name_or_path)
 
 
+def catalog_for(fleet: FleetConfig) -> ProfileCatalog:
+    """The built-in profiles plus the fleet's own ``profiles`` files."""
+    return load_catalog(fleet.profiles) if fleet.profiles else default_catalog()
+
+
 def fleet_capacity(
     fleet: FleetConfig, mix: LengthMix, catalog: ProfileCatalog | None = None, seed: int = 0
 ) -> dict[str, float]:
     """Each replica's saturation throughput on this mix (measured once per kind of replica)."""
-    catalog = catalog or default_catalog()
+    catalog = catalog or catalog_for(fleet)
     cache: dict[tuple[Any, ...], float] = {}
     out: dict[str, float] = {}
     for r in fleet.replicas:
@@ -71,8 +91,40 @@ def fleet_capacity(
     return out
 
 
+def batch_capacity(
+    fleet: FleetConfig, mix: LengthMix, catalog: ProfileCatalog | None = None, seed: int = 0
+) -> dict[str, float]:
+    """Each replica's throughput held at its configured batch size (the router's cap on its
+    concurrency): the fleet's ceiling as configured, next to its physical limit."""
+    catalog = catalog or catalog_for(fleet)
+    cache: dict[tuple[Any, ...], float] = {}
+    out: dict[str, float] = {}
+    for r in fleet.replicas:
+        key = (*_kind(r), r.batch_size)
+        if key not in cache:
+            make = partial(engine_for, r, catalog)
+            cache[key] = capacity_at(make, mix, min(r.batch_size, make().max_num_seqs), seed=seed)
+        out[r.id] = cache[key]
+    return out
+
+
 def _kind(r: ReplicaConfig) -> tuple[Any, ...]:
     return (r.gpu_model, r.model, len(r.gpus), r.kv_capacity_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One simulated run and the arrivals it was fed."""
+
+    result: SimResult
+    arrival_rps: float
+    """Arrivals per second in the steady-state window (the same window as ``throughput_rps``)."""
+
+    @property
+    def kept_up(self) -> float:
+        """Completions over arrivals in the window: about 1 when the fleet keeps up, less when
+        a backlog grows (hidden in the engines' batches if TTFT alone is watched)."""
+        return self.result.throughput_rps / self.arrival_rps if self.arrival_rps > 0 else 1.0
 
 
 def run_strategy(
@@ -85,8 +137,64 @@ def run_strategy(
     capacities: dict[str, float],
     catalog: ProfileCatalog | None = None,
 ) -> SimResult:
-    sim = Simulation(fleet, strategy, seed=seed, catalog=catalog, capacities=capacities)
-    return sim.run(workload.generate(rate, duration, seed), duration)
+    return simulate(fleet, strategy, workload, rate, duration, seed, capacities, catalog).result
+
+
+def simulate(
+    fleet: FleetConfig,
+    strategy: str,
+    workload: Workload,
+    rate: float,
+    duration: float,
+    seed: int,
+    capacities: dict[str, float],
+    catalog: ProfileCatalog | None = None,
+) -> Run:
+    """Run one strategy on the workload at ``rate`` for ``duration`` simulated seconds."""
+    if not (rate > 0 and duration > 0):
+        raise ValueError(f"rate and duration must be > 0, got {rate} and {duration}")
+    catalog = catalog or catalog_for(fleet)
+    sim = Simulation(
+        known_kv(fleet, catalog), strategy, seed=seed, catalog=catalog, capacities=capacities
+    )
+    start = WARMUP_SHARE * duration
+    in_window = 0
+
+    def counted() -> Iterator[Arrival]:
+        nonlocal in_window
+        for a in workload.generate(rate, duration, seed):
+            in_window += a.time > start
+            yield a
+
+    result = sim.run(counted(), duration)
+    return Run(result, in_window / (duration - start))
+
+
+def known_kv(fleet: FleetConfig, catalog: ProfileCatalog) -> FleetConfig:
+    """The fleet with each replica's KV capacity filled in from its engine where the file
+    leaves it out.
+
+    Without it the router would send a replica requests larger than its cache, which a real
+    engine refuses (vLLM answers 400 past its ``max_model_len``) but the engine model would
+    hold forever. A capacity the file gives is kept: it is what the router believes.
+    """
+    nodes = tuple(
+        replace(
+            node,
+            replicas=tuple(
+                r
+                if r.kv_capacity_tokens is not None
+                else replace(r, kv_capacity_tokens=engine_for(r, catalog).kv_capacity)
+                for r in node.replicas
+            ),
+        )
+        for node in fleet.nodes
+    )
+    return replace(fleet, nodes=nodes)
+
+
+KEEP_UP = 0.95
+"""A rate is sustainable only if the window's completions reach this share of its arrivals."""
 
 
 def max_sustainable(
@@ -104,18 +212,22 @@ def max_sustainable(
 ) -> tuple[float, SimResult | None]:
     """The highest rate whose p99 TTFT stays under the SLO, by bisection on the load.
 
-    Searches loads between 0 and 1.2 times capacity; returns the rate and the run at it.
+    Searches loads between 0 and 1.2 times capacity (``steps`` halvings: 7 give 1% of
+    capacity); returns the rate and the run at it. A rate also has to keep up: completions
+    in the steady-state window at least ``KEEP_UP`` of its arrivals. Without that, a fleet
+    whose batch sizes let a replica take more than it serves hides a growing backlog in its
+    engines' batches, where TTFT stays short while every request slows down.
     """
     lo, hi = 0.0, 1.2
     best: SimResult | None = None
     for _ in range(steps):
         mid = (lo + hi) / 2
-        result = run_strategy(
+        run = simulate(
             fleet, strategy, workload, mid * capacity_rps, duration, seed, capacities, catalog
         )
-        ok = result.ttft_p99_s is not None and result.ttft_p99_s <= slo_ttft_p99_s
-        if ok:
-            lo, best = mid, result
+        ttft = run.result.ttft_p99_s
+        if ttft is not None and ttft <= slo_ttft_p99_s and run.kept_up >= KEEP_UP:
+            lo, best = mid, run.result
         else:
             hi = mid
     return lo * capacity_rps, best

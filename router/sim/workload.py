@@ -57,6 +57,15 @@ class LognormalMix(LengthMix):
         self.cap = cap
         self.mean_prompt, self.mean_output = prompt[1], output[1]
 
+    @classmethod
+    def fit(cls, rows: Sequence[TraceRow], cap: int = 32768) -> LognormalMix:
+        """The lognormal with each length's median and mean in ``rows`` (a trace's fit)."""
+        if not rows:
+            raise ValueError("a lognormal fit needs at least one row")
+        prompts = sorted(r.prompt_tokens for r in rows)
+        outputs = sorted(r.output_tokens for r in rows)
+        return cls(_median_mean(prompts), _median_mean(outputs), cap)
+
     def sample(self, rng: random.Random) -> tuple[int, int]:
         p = min(self.cap, max(1, round(rng.lognormvariate(*self._p))))
         o = min(self.cap, max(1, round(rng.lognormvariate(*self._o))))
@@ -76,6 +85,14 @@ class TraceMix(LengthMix):
     def sample(self, rng: random.Random) -> tuple[int, int]:
         row = self.rows[rng.randrange(len(self.rows))]
         return row.prompt_tokens, row.output_tokens
+
+
+def _median_mean(ordered: Sequence[int]) -> tuple[float, float]:
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    # A lognormal needs median <= mean; a sample skewed the other way gets the closest one.
+    mean = sum(ordered) / n
+    return median, max(median, mean)
 
 
 def _lognormal(median: float, mean: float) -> tuple[float, float]:
