@@ -147,7 +147,9 @@ class Simulation(CoreListener):
     def on_assign(self, a: Assignment) -> None:
         i = a.replica.index
         req = a.request
-        if self.clock.now > WARMUP_SHARE * self._duration:
+        # Utilization is read over the same steady-state window as throughput; dispatches in
+        # the drain after the last arrival would overstate it.
+        if WARMUP_SHARE * self._duration < self.clock.now <= self._duration:
             self._dispatched[i] += 1
         fault = self._faults[i]
         if fault.dead or fault.fail_fraction:
