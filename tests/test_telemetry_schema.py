@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.control import Drain
 from router.errors import TelemetryError
 from router.telemetry import (
     MAX_PAYLOAD_BYTES,
@@ -30,6 +31,7 @@ from router.telemetry import (
     decode_status,
     encode,
 )
+from router.telemetry.control_topics import decode_desired, slot_of
 from router.telemetry.schema import INT_RANGES, NUMBER_RANGES
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=400)
@@ -125,10 +127,13 @@ def test_absent_values_are_left_out_but_replica_is_written_as_null() -> None:
 
 def test_the_examples_in_the_docs_are_valid_payloads() -> None:
     blocks = re.findall(r"```json\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 2
-    status, batch = (block.encode() for block in blocks)
+    assert len(blocks) == 5
+    status, batch, desired, ack, stats = (block.encode() for block in blocks)
     assert decode_status(status).gpus[0].name == "NVIDIA H100 80GB HBM3"
     assert decode_gpus(batch).gpus[1].lost
+    assert decode_desired(desired).command == Drain("a100-0")
+    assert json.loads(ack)["slot"] == slot_of(Drain("a100-0"))
+    assert json.loads(stats)["replicas"][0]["id"] == "a100-0"
 
 
 def test_unknown_keys_are_ignored_so_agents_can_add_optional_fields() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from router.telemetry.schema import GpuInventory, GpuSample
+
 
 class BrokerState(StrEnum):
     DISABLED = "disabled"
@@ -44,6 +46,15 @@ class NodeFeed:
     """Payloads from this node that were malformed, oversized or of a wrong version."""
     last_error: str | None = None
     """Why the latest dropped payload was refused."""
+    period_s: float | None = None
+    """The sample period the agent announces (the fleet's until it has announced one)."""
+    gpus: tuple[GpuSample, ...] = ()
+    """The latest reading of each GPU, as the agent sent it."""
+    inventory: tuple[GpuInventory, ...] = ()
+    """The GPUs the agent's last birth message listed."""
+    agent_version: str | None = None
+    driver: str | None = None
+    """NVIDIA driver version the agent reported (None on emulated nodes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,10 @@ class TelemetryStatus:
     """Seconds since the current connection was made (None when not connected)."""
     errors: tuple[str, ...] = field(default=())
     """Recent connection errors, newest last (bounded)."""
+    ignored: int = 0
+    """Messages on topics the subscriber did not ask for (amqtt may deliver some); unread."""
+    overflowed: int = 0
+    """Messages discarded unread because the subscriber fell behind (its queue is bounded)."""
 
     @property
     def dropped(self) -> int:
