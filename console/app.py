@@ -1,0 +1,458 @@
+"""The gpurouter console: a live dashboard of the fleet and the operator's controls.
+
+The app holds no router state. Each refresh (a fixed timer, default 1 s) takes one snapshot
+through the :class:`~console.backend.ConsoleBackend`, turns it into view models (pure
+functions in :mod:`console.view`) and hands them to the widgets, which redraw only what
+changed. Every control goes through the backend to the router's control surface, which
+validates it and writes the audit trail; the result comes back as a notification and, like
+any other router event, as a :class:`~console.messages.RouterEventRecorded` message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import BindingType
+from textual.containers import Container
+from textual.signal import Signal
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer
+
+from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
+from console.backend import ConsoleBackend
+from console.commands import ConsoleCommands
+from console.messages import FilterClosed, RouterEventRecorded
+from console.screens.confirm import ConfirmScreen
+from console.screens.help import HelpScreen
+from console.screens.replica_detail import DetailData, ReplicaDetail
+from console.screens.strategy_picker import StrategyPicker
+from console.screens.value_input import Answer, ValueScreen
+from console.view.events import Watch, alerts, event_line, watch
+from console.view.fleet import SORTS, CellCache, GpuRow, gpu_rows, select, table_rows
+from console.view.format import Cell, Tone, number
+from console.view.header import Modes, header_lines
+from console.view.history import History
+from console.view.impact import impact, impact_lines
+from console.view.models import model_rows
+from console.widgets.events_pane import EventsPane
+from console.widgets.filter_input import FilterInput
+from console.widgets.fleet_table import FleetTable
+from console.widgets.header import DashboardHeader
+from console.widgets.model_summary import ModelSummary
+from console.widgets.tones import Styles, styles_for
+from router.control import (
+    Command,
+    Drain,
+    Eject,
+    Event,
+    Preempt,
+    Readmit,
+    SetBatchSize,
+    SetStrategy,
+    SetWeight,
+    Undrain,
+)
+from router.errors import ConfigError, Problem
+from router.snapshot import FleetSnapshot
+from router.telemetry.status import TelemetryStatus
+from themes import CSS_PATHS, DEFAULT, THEMES
+
+REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+WIDE_AT = 200
+"""Columns from which the summary and events move to a side column."""
+
+
+class ConsoleApp(App[None]):
+    TITLE = "gpurouter"
+    CSS_PATH: ClassVar[Any] = [str(p) for p in CSS_PATHS]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings({a.id: a.key for a in ACTIONS}))
+    COMMANDS: ClassVar[Any] = {ConsoleCommands}
+    # The palette also has its own registry action (":"); Ctrl+P stays as Textual's default.
+
+    def __init__(
+        self,
+        backend: ConsoleBackend,
+        *,
+        theme: str | None = None,
+        read_only: bool = False,
+        refresh_s: float | None = None,
+        auto_refresh: bool = True,
+    ) -> None:
+        config = backend.core.fleet.console
+        source = backend.core.fleet.source
+        self.keys = resolve_keys(config.keys, source)
+        chosen = theme or config.theme or DEFAULT
+        if chosen not in THEMES:
+            known = ", ".join(THEMES)
+            raise ConfigError(
+                [
+                    Problem(
+                        str(source or "fleet"),
+                        None,
+                        "console.theme",
+                        f"no theme {chosen!r}; known: {known}",
+                    )
+                ]
+            )
+        super().__init__()
+        self.backend = backend
+        self.fleet = backend.core.fleet
+        self.read_only = read_only
+        self.refresh_s = refresh_s or config.refresh_s
+        self.live = auto_refresh
+        """Refresh on a timer; tests and screenshots turn it off and call refresh_data()."""
+        self.paused = False
+        self.history = History()
+        self.sort_mode = SORTS[0]
+        self.filter_text = ""
+        self.refreshed_signal: Signal[FleetSnapshot] = Signal(self, "refreshed")
+        self.last_snapshot: FleetSnapshot | None = None
+        self.last_status: TelemetryStatus | None = None
+        self.last_rows: list[GpuRow] = []
+        self._watch: Watch | None = None
+        self._cells: CellCache = {}
+        self._timer: Timer | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        for t in THEMES.values():
+            self.register_theme(t)
+        self.theme = chosen
+        self.styles_now: Styles = styles_for(THEMES[chosen])
+        self.set_keymap({k: v for k, v in self.keys.items() if v != BY_ID[k].key})
+
+    # ---- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield DashboardHeader()
+        with Container(id="body"):
+            yield FleetTable()
+            with Container(id="side"):
+                yield ModelSummary()
+                yield EventsPane()
+        yield FilterInput()
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        self._apply_theme_class(self.theme)
+        self._unsubscribe = self.backend.control.subscribe(self._on_router_event)
+        for event in self.backend.audit()[-20:]:
+            self.query_one(EventsPane).add(event_line(event), self.styles_now)
+        for note in self.backend.notes:
+            self.query_one(EventsPane).add((("note: " + note, Tone.ACCENT),), self.styles_now)
+        self._layout(self.size.width)
+        self.query_one(FleetTable).focus()
+        self.refresh_data(tick=True)
+        if self.live:
+            self._timer = self.set_interval(self.refresh_s, self._tick, name="console-refresh")
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def on_resize(self) -> None:
+        self._layout(self.size.width)
+
+    def _layout(self, width: int) -> None:
+        self.query_one("#body").set_class(width >= WIDE_AT, "-wide")
+
+    # ---- data ------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if not self.paused:
+            self.refresh_data(tick=True)
+
+    def refresh_data(self, *, tick: bool = False) -> None:
+        """One snapshot -> view models -> widgets. ``tick`` also records history."""
+        snap = self.backend.snapshot()
+        status = self.backend.telemetry()
+        rows = gpu_rows(self.fleet, snap, status, self.backend.samples(status))
+        if tick:
+            self.history.add_gpus({r.key: r.util for r in rows})
+            for r in snap.replicas:
+                self.history.add_replica(
+                    r.id, r.ttft_p50_s, r.ttft_p99_s, r.e2e_p50_s, r.throughput_rps
+                )
+        self.last_snapshot, self.last_status, self.last_rows = snap, status, rows
+        self._draw()
+        now = watch(snap, status)
+        for text, tone in alerts(self._watch, now):
+            self.query_one(EventsPane).add((("alert ", Tone.DIM), (text, tone)), self.styles_now)
+        self._watch = now
+        self.refreshed_signal.publish(snap)
+
+    def _draw(self, force: bool = False) -> None:
+        snap, status = self.last_snapshot, self.last_status
+        if snap is None or status is None:
+            return
+        modes = Modes(read_only=self.read_only, paused=self.paused, refresh_s=self.refresh_s)
+        self.query_one(DashboardHeader).show(
+            header_lines(snap, status, modes), self.styles_now, force
+        )
+        feeds = {f.node: f for f in status.nodes}
+        shown = select(self.last_rows, self.sort_mode, self.filter_text)
+        table = self.query_one(FleetTable)
+        table.show(
+            table_rows(shown, self.sort_mode, self.history.gpu_points, feeds, self._cells),
+            self.styles_now,
+            force,
+        )
+        where = f"filter “{self.filter_text}”  " if self.filter_text else ""
+        table.border_title = (
+            f"Fleet: {len(shown)}/{len(self.last_rows)} GPUs  {where}sort {self.sort_mode}"
+        )
+        self.query_one(ModelSummary).show(model_rows(snap.by_gpu_model), self.styles_now, force)
+
+    # ---- router events (past tense) --------------------------------------------------------
+
+    def _on_router_event(self, event: Event) -> None:
+        self.post_message(RouterEventRecorded(event))
+
+    def on_router_event_recorded(self, message: RouterEventRecorded) -> None:
+        self.query_one(EventsPane).add(event_line(message.event), self.styles_now)
+
+    # ---- selection -------------------------------------------------------------------------
+
+    def selected_replica(self) -> str | None:
+        return self.query_one(FleetTable).selected_replica()
+
+    def replica_ids(self) -> list[str]:
+        return [r.id for r in self.backend.core.fleet.replicas]
+
+    def select_replica(self, replica: str) -> bool:
+        """Put the cursor on the replica's first GPU row; False if it is not shown."""
+        table = self.query_one(FleetTable)
+        for slot, row in enumerate(table.rows_shown):
+            if row.replica == replica:
+                table.move_cursor(row=slot, animate=False)
+                table.selected_key = row.key
+                return True
+        return False
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        replica = self.selected_replica()
+        if replica is not None:
+            self.perform("detail", replica)
+
+    # ---- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "run_registered" and parameters:
+            spec = BY_ID.get(str(parameters[0]))
+            if spec is not None and self.read_only and spec.mutates:
+                return None  # shown greyed, key disabled
+        return True
+
+    def action_run_registered(self, action_id: str) -> None:
+        self.perform(action_id)
+
+    def perform(self, action_id: str, replica: str | None = None) -> None:
+        """Run a registry action, on ``replica`` or the selected one where it targets one."""
+        spec = BY_ID[action_id]
+        if spec.mutates and self.read_only:
+            self.notify(
+                f"read-only console: {spec.title.lower()} refused",
+                severity="warning",
+                title="refused",
+            )
+            return
+        if spec.target:
+            replica = replica or self.selected_replica()
+            if replica is None:
+                self.notify("select a replica's row first", severity="warning")
+                return
+            self._targeted(action_id, replica)
+            return
+        handlers: dict[str, Callable[[], None]] = {
+            "help": self._help,
+            "palette": self.action_command_palette,
+            "strategy": self._pick_strategy,
+            "filter": self._open_filter,
+            "sort": self._cycle_sort,
+            "theme": self._cycle_theme,
+            "pause": self._toggle_pause,
+            "faster": lambda: self._step_refresh(-1),
+            "slower": lambda: self._step_refresh(+1),
+            "quit": self.exit,
+        }
+        handlers[action_id]()
+
+    def _targeted(self, action_id: str, replica: str) -> None:
+        if action_id == "detail":
+            self.push_screen(
+                ReplicaDetail(
+                    replica, partial_detail(self, replica), self.styles_now, self.refreshed_signal
+                )
+            )
+        elif action_id in ("weight", "batch"):
+            self._ask_value(action_id, replica)
+        else:
+            commands: dict[str, Command] = {
+                "drain": Drain(replica),
+                "undrain": Undrain(replica),
+                "preempt": Preempt(replica),
+                "eject": Eject(replica),
+                "readmit": Readmit(replica),
+            }
+            self._confirm_then_apply(action_id, replica, commands[action_id])
+
+    def _help(self) -> None:
+        self.push_screen(HelpScreen(self.keys, self.styles_now, read_only=self.read_only))
+
+    def _pick_strategy(self) -> None:
+        current = self.backend.core.strategy.name
+
+        def chosen(name: str | None) -> None:
+            if name is not None and name != current:
+                self.switch_strategy(name)
+
+        self.push_screen(StrategyPicker(current), chosen)
+
+    def switch_strategy(self, name: str) -> None:
+        if self.read_only:
+            self.perform("strategy")  # refuses, visibly
+            return
+        self.apply(SetStrategy(name))
+
+    def _ask_value(self, action_id: str, replica: str) -> None:
+        r = self._replica_snapshot(replica)
+        if r is None:
+            self.notify(f"no replica {replica!r}", severity="error")
+            return
+        if action_id == "weight":
+            pinned = ", pinned" if r.weight_pinned else ""
+            now = f"{number(r.weight)} (static {number(r.static_weight)}{pinned})"
+            title, integer, released = f"Weight of {replica}", False, number(r.static_weight)
+        else:
+            now = f"{r.batch_size}{' (pinned)' if r.batch_pinned else ''}, {r.in_flight} in flight"
+            title, integer, released = f"Batch size of {replica}", True, "the configured size"
+
+        def answered(answer: Answer | None) -> None:
+            if answer is None:
+                return
+            command: Command
+            if action_id == "weight":
+                command = SetWeight(replica, None if answer.value is None else float(answer.value))
+            else:
+                command = SetBatchSize(replica, None if answer.value is None else int(answer.value))
+            self._confirm_then_apply(action_id, replica, command)
+
+        self.push_screen(ValueScreen(title, now, integer=integer, released=released), answered)
+
+    def _confirm_then_apply(self, action_id: str, replica: str, command: Command) -> None:
+        """Destructive actions confirm with their impact; any action on stale data warns."""
+        spec = BY_ID[action_id]
+        target = self._replica_snapshot(replica)
+        stale = self.replica_is_stale(replica)
+        if target is None or not (spec.confirm or stale):
+            self.apply(command)
+            return
+        running = self.backend.in_flight(replica)
+        snap = self.last_snapshot or self.backend.snapshot()
+        lines: list[tuple[Cell, ...]] = impact_lines(
+            impact(action_id, target, snap.replicas, running, stale=stale)
+        )
+        if not spec.confirm:
+            lines.append(((f"Apply {spec.title.lower()} anyway?", Tone.NORMAL),))
+        title = f"{spec.title} {replica}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.apply(command)
+            else:
+                self.notify(f"{spec.title.lower()} {replica}: cancelled", severity="information")
+
+        self.push_screen(
+            ConfirmScreen(
+                title, lines, self.styles_now, confirm_label=spec.title, danger=spec.confirm
+            ),
+            answered,
+        )
+
+    def apply(self, command: Command) -> Event:
+        """Through the control surface; the result is notified and the view redrawn."""
+        event = self.backend.apply(command)
+        if event.ok:
+            self.notify(event.message, title="done", severity="information")
+        else:
+            self.notify(event.message, title="refused", severity="error")
+        self.refresh_data()
+        return event
+
+    def _replica_snapshot(self, replica: str) -> Any:
+        snap = self.last_snapshot or self.backend.snapshot()
+        return next((r for r in snap.replicas if r.id == replica), None)
+
+    def replica_is_stale(self, replica: str) -> bool:
+        rows = [r for r in self.last_rows if r.replica == replica]
+        return any(r.stale for r in rows)
+
+    # ---- view controls ---------------------------------------------------------------------
+
+    def _open_filter(self) -> None:
+        box = self.query_one(FilterInput)
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_changed(self, event: FilterInput.Changed) -> None:
+        if isinstance(event.input, FilterInput):
+            self.filter_text = event.value.strip()
+            self._draw()
+
+    def on_filter_closed(self, _: FilterClosed) -> None:
+        self.query_one(FilterInput).remove_class("-shown")
+        self.query_one(FleetTable).focus()
+
+    def _cycle_sort(self) -> None:
+        self.sort_mode = SORTS[(SORTS.index(self.sort_mode) + 1) % len(SORTS)]
+        self._draw()
+
+    def _cycle_theme(self) -> None:
+        names = list(THEMES)
+        current = names.index(self.theme) if self.theme in names else -1
+        self.set_theme(names[(current + 1) % len(names)])
+
+    def set_theme(self, name: str) -> None:
+        self.theme = name
+
+    def _on_theme_changed(self, theme: Any) -> None:
+        self.styles_now = styles_for(theme)
+        self._apply_theme_class(theme.name)
+        self._draw(force=True)
+
+    def _apply_theme_class(self, name: str) -> None:
+        self.set_class(name == "high-contrast", "-high-contrast")
+
+    def _toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self._draw()
+
+    def _step_refresh(self, step: int) -> None:
+        nearest = min(
+            range(len(REFRESH_STEPS)), key=lambda i: abs(REFRESH_STEPS[i] - self.refresh_s)
+        )
+        index = max(0, min(len(REFRESH_STEPS) - 1, nearest + step))
+        self.set_refresh(REFRESH_STEPS[index])
+
+    def set_refresh(self, seconds: float) -> None:
+        """Change the refresh interval at run time."""
+        self.refresh_s = seconds
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = self.set_interval(seconds, self._tick, name="console-refresh")
+        self._draw()
+
+
+def partial_detail(app: ConsoleApp, replica: str) -> Callable[[], DetailData]:
+    def data() -> DetailData:
+        snap = app.last_snapshot or app.backend.snapshot()
+        return DetailData(
+            replica=next((r for r in snap.replicas if r.id == replica), None),
+            history=app.history.replica.get(replica),
+            decisions=app.backend.decisions(replica),
+            now=snap.time,
+        )
+
+    return data

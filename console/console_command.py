@@ -1,0 +1,71 @@
+"""``gpurouter console``: the live dashboard, with the router running in the same process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import TYPE_CHECKING, TextIO
+
+from router.errors import GpuRouterError
+
+if TYPE_CHECKING:
+    from console.app import ConsoleApp
+    from console.router_host import LocalRouter
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="fleet YAML file")
+    p.add_argument(
+        "--theme",
+        help="dark, light or high-contrast (default: the fleet file's console.theme)",
+    )
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="watch only: every action that changes the router is refused",
+    )
+    p.add_argument(
+        "--refresh",
+        type=float,
+        metavar="SECONDS",
+        help="refresh interval (default: console.refresh_s, 1 s); +/- change it live",
+    )
+    p.add_argument(
+        "--no-telemetry",
+        action="store_true",
+        help="start no MQTT broker or subscriber; utilization is the router's estimate",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # Imported here: Textual and the HTTP stack are not needed to build the parser.
+    from console.app import ConsoleApp
+    from console.router_host import LocalRouter
+    from router.config import load_fleet
+
+    try:
+        if args.refresh is not None and args.refresh <= 0:
+            raise GpuRouterError(f"--refresh must be > 0, got {args.refresh}")
+        fleet = load_fleet(args.config)
+        host = LocalRouter(fleet, telemetry=not args.no_telemetry)
+        # Built before the router starts: a bad key or theme is reported without side effects.
+        app = ConsoleApp(
+            host.backend(), theme=args.theme, read_only=args.read_only, refresh_s=args.refresh
+        )
+        asyncio.run(_run(app, host))
+    except GpuRouterError as exc:
+        err.write(f"gpurouter console: {exc}\n")
+        return 2
+    except OSError as exc:
+        err.write(f"gpurouter console: cannot start the router: {exc}\n")
+        return 1
+    return 0
+
+
+async def _run(app: ConsoleApp, host: LocalRouter) -> None:
+    """Router and console on one loop: the router starts first and stops last."""
+    await host.start()
+    try:
+        await app.run_async()
+    finally:
+        await host.stop()

@@ -1,0 +1,89 @@
+"""The router that ``gpurouter console`` runs in its own process, on the console's loop.
+
+:class:`LocalRouter` starts the full data plane (:class:`router.http.server.RouterServer`:
+front door, admin API, upstream pool, health checks) and, unless told not to, the telemetry
+feed: the embedded MQTT broker in a process of its own (off the console's loop, as
+docs/telemetry.md advises) or the fleet's broker, and the subscriber that feeds the core.
+A telemetry feed that cannot start is reported in the console, not fatal: the router then
+routes on its own accounting, which the dashboard marks as such.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from console.backend import ConsoleBackend
+from router.config.schema import BrokerConfig, FleetConfig
+from router.telemetry.status import DISABLED, TelemetryStatus
+
+if TYPE_CHECKING:
+    from router.http.server import RouterServer
+    from router.telemetry.embedded_broker import EmbeddedBroker
+    from router.telemetry.subscriber import TelemetrySubscriber
+
+
+class LocalRouter:
+    """RouterServer plus its telemetry feed, started and stopped together."""
+
+    def __init__(
+        self,
+        fleet: FleetConfig,
+        *,
+        telemetry: bool = True,
+        listen: str | None = None,
+        admin_listen: str | None = None,
+    ) -> None:
+        # Imported here: uvicorn and aiomqtt are not needed to build the CLI parser.
+        from router.http.server import RouterServer
+
+        self.fleet = fleet
+        self.want_telemetry = telemetry
+        self.server: RouterServer = RouterServer(
+            fleet, listen=listen, admin_listen=admin_listen, telemetry=self.telemetry
+        )
+        self.broker: EmbeddedBroker | None = None
+        self.subscriber: TelemetrySubscriber | None = None
+        self.notes: list[str] = []
+
+    def telemetry(self) -> TelemetryStatus:
+        return DISABLED if self.subscriber is None else self.subscriber.status()
+
+    def backend(self) -> ConsoleBackend:
+        return ConsoleBackend(
+            self.server.core,
+            self.server.control,
+            telemetry=self.telemetry,
+            host=self,
+            notes=self.notes,
+        )
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.notes.append(f"router serving {self.server.front_url} (admin {self.server.admin_url})")
+        if self.want_telemetry:
+            await self._start_telemetry()
+        else:
+            self.notes.append("telemetry off (--no-telemetry)")
+
+    async def _start_telemetry(self) -> None:
+        from router.telemetry.embedded_broker import EmbeddedBroker
+        from router.telemetry.subscriber import TelemetrySubscriber
+
+        target: BrokerConfig | str = self.fleet.broker
+        try:
+            if self.fleet.broker.url == "embedded":
+                self.broker = EmbeddedBroker()
+                target = await self.broker.start()
+                self.notes.append(f"embedded MQTT broker on {target}")
+            self.subscriber = TelemetrySubscriber(self.fleet, self.server.core, broker=target)
+            await self.subscriber.start()
+        except Exception as exc:  # the router works without telemetry; say why it has none
+            self.notes.append(f"telemetry could not start: {exc}")
+            self.subscriber = None
+
+    async def stop(self) -> None:
+        if self.subscriber is not None:
+            await self.subscriber.stop()
+        if self.broker is not None:
+            await self.broker.stop()
+        await self.server.stop()

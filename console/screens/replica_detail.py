@@ -1,0 +1,99 @@
+"""A replica in detail: its facts, latency and throughput history, recent decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.signal import Signal
+from textual.widgets import Footer, Sparkline, Static
+
+from console.view.detail import decision_lines, facts
+from console.view.format import Cell
+from console.view.history import ReplicaHistory
+from console.widgets.tones import Styles, to_text
+from router.snapshot import ReplicaSnapshot
+from router.strategies import Explanation
+
+
+@dataclass(frozen=True, slots=True)
+class DetailData:
+    replica: ReplicaSnapshot | None
+    history: ReplicaHistory | None
+    decisions: list[Explanation]
+    now: float
+
+
+def _lines(lines: list[tuple[Cell, ...]] | tuple[tuple[Cell, ...], ...], styles: Styles) -> Text:
+    text = to_text((), styles)
+    for i, line in enumerate(lines):
+        if i:
+            text.append("\n")
+        text.append_text(to_text(line, styles))
+    return text
+
+
+class ReplicaDetail(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("q", "app.pop_screen", "Back", show=False),
+    ]
+
+    def __init__(
+        self,
+        replica: str,
+        data: Callable[[], DetailData],
+        styles: Styles,
+        refreshed: Signal[Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.replica = replica
+        self.refreshed = refreshed
+        self.data = data
+        self.tones = styles
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="facts")
+        yield Static("TTFT p50 (last 2 min)", classes="chart-label", id="ttft-label")
+        yield Sparkline([], id="ttft")
+        yield Static("Throughput, req/s", classes="chart-label", id="thru-label")
+        yield Sparkline([], id="thru")
+        with VerticalScroll(id="decisions"):
+            yield Static(id="decision-lines")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#decisions").border_title = "Recent decisions that chose it"
+        if self.refreshed is not None:
+            self.refreshed.subscribe(self, lambda _: self.redraw())
+        self.redraw()
+
+    def redraw(self) -> None:
+        d = self.data()
+        if d.replica is None:
+            self.query_one("#facts", Static).update(f"{self.replica}: no such replica")
+            return
+        self.query_one("#facts", Static).update(_lines(facts(d.replica), self.tones))
+        if d.history is not None:
+            ttft = list(d.history.ttft_p50)
+            thru = list(d.history.throughput)
+            self.query_one("#ttft", Sparkline).data = ttft
+            self.query_one("#thru", Sparkline).data = thru
+            p50 = (
+                f"now {ttft[-1] * 1000:.0f}ms, max {max(ttft) * 1000:.0f}ms" if ttft else "no data"
+            )
+            self.query_one("#ttft-label", Static).update(f"TTFT p50 (last 2 min): {p50}")
+            t = f"now {thru[-1]:.1f}, max {max(thru):.1f}" if thru else "no data"
+            self.query_one("#thru-label", Static).update(f"Throughput, req/s: {t}")
+        lines = decision_lines(d.decisions, self.replica, d.now)
+        self.query_one("#decision-lines", Static).update(_lines(lines, self.tones))
+
+    def restyle(self, styles: Styles) -> None:
+        self.tones = styles
+        self.redraw()

@@ -1,0 +1,27 @@
+"""The dashboard header: three lines of fleet state, redrawn only when they change."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from console.view.format import Cell
+from console.widgets.tones import Styles, to_text
+
+
+class DashboardHeader(Static):
+    def __init__(self) -> None:
+        super().__init__("", id="header")
+        self._last: tuple[tuple[Cell, ...], ...] | None = None
+
+    def show(
+        self, lines: tuple[tuple[Cell, ...], ...], styles: Styles, force: bool = False
+    ) -> None:
+        if lines == self._last and not force:
+            return
+        self._last = lines
+        text = to_text((), styles)
+        for i, line in enumerate(lines):
+            if i:
+                text.append("\n")
+            text.append_text(to_text(line, styles))
+        self.update(text)

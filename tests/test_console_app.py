@@ -1,0 +1,343 @@
+"""The console driven by keys and by the command palette against a router with work in it.
+
+Each control path must change the router (asserted on the core itself), leave an audit entry
+with the console as actor, and show its result; a read-only console must refuse.
+"""
+
+from __future__ import annotations
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from console.app import ConsoleApp
+from console.screens.confirm import ConfirmScreen
+from console.screens.help import HelpScreen
+from console.screens.replica_detail import ReplicaDetail
+from console.screens.strategy_picker import StrategyPicker
+from console.screens.value_input import ValueScreen
+from console.widgets.events_pane import EventsPane
+from console.widgets.fleet_table import FleetTable
+from router.replica import ReplicaState
+from router.strategies import STRATEGIES
+from tests.console_helpers import Rig, loaded_rig, telemetry_for, with_keys
+from tests.fleet_factory import make_fleet
+
+SIZE = (100, 30)
+
+
+def app_for(rig: Rig, **kwargs: object) -> ConsoleApp:
+    return ConsoleApp(rig.backend, auto_refresh=False, **kwargs)  # type: ignore[arg-type]
+
+
+def toasts(app: ConsoleApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def confirm_text(app: ConsoleApp) -> str:
+    screen = app.screen
+    assert isinstance(screen, ConfirmScreen)
+    body = "\n".join("".join(t for t, _ in line) for line in screen.lines)
+    return f"{screen.title_text}\n{body}"
+
+
+async def palette(pilot: Pilot[None], text: str) -> None:
+    await pilot.press("ctrl+p")
+    await pilot.pause()
+    # Typed in one go: one search instead of one per character.
+    pilot.app.screen.query_one(Input).value = text
+    # The palette searches in a worker; wait for its hits before choosing the first.
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+async def test_drain_by_key_confirms_with_the_impact_then_drains() -> None:
+    rig = loaded_rig()
+    in_flight = rig.core.replica("r0").in_flight
+    assert in_flight > 0
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await pilot.pause()
+        text = confirm_text(app)
+        assert "Drain r0?" in text
+        assert f"In flight: {in_flight} (" in text
+        assert "goes to:" in text
+        assert rig.core.replica("r0").state is ReplicaState.ACTIVE  # nothing before "yes"
+        await pilot.press("y")
+        await pilot.pause()
+        assert rig.core.replica("r0").state is ReplicaState.DRAINING
+        last = rig.control.audit[-1]
+        assert (last.actor, last.kind, last.ok) == ("console", "drain", True)
+        assert any("r0: draining" in t for t in toasts(app))
+        assert any("r0: draining" in line for line in app.query_one(EventsPane).lines_written)
+
+
+async def test_cancelled_confirmation_changes_nothing() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        for key in ("d", "p", "e"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("n" if key != "e" else "escape")
+            await pilot.pause()
+        assert rig.core.replica("r0").state is ReplicaState.ACTIVE
+        assert not [e for e in rig.control.audit if e.actor == "console"]
+
+
+async def test_cursor_chooses_the_replica_and_undrain_returns_it() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("down", "d")
+        await pilot.pause()
+        assert "Drain r1?" in confirm_text(app)
+        await pilot.press("y", "u")
+        await pilot.pause()
+        assert rig.core.replica("r1").state is ReplicaState.ACTIVE
+        kinds = [e.kind for e in rig.control.audit if e.actor == "console"]
+        assert kinds == ["drain", "undrain"]
+
+
+async def test_preempt_by_key_frees_the_replica() -> None:
+    rig = loaded_rig(completed=0)
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        assert "Preempt r0?" in confirm_text(app)
+        await pilot.press("y")
+        await pilot.pause()
+        r0 = rig.core.replica("r0")
+        assert r0.state is not ReplicaState.ACTIVE
+        assert all(req.priority.name == "HIGH" for req in r0.running.values())
+        assert rig.control.audit[-1].kind == "preempt"
+
+
+async def test_eject_and_readmit_by_key() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("e")
+        await pilot.pause()
+        assert "Eject r0?" in confirm_text(app)
+        await pilot.press("y")
+        await pilot.pause()
+        assert rig.core.replica("r0").state is ReplicaState.EJECTED
+        await pilot.press("r")
+        await pilot.pause()
+        assert rig.core.replica("r0").state is ReplicaState.ACTIVE
+
+
+async def test_weight_and_batch_dialogs_set_and_release() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("w")
+        await pilot.pause()
+        assert isinstance(app.screen, ValueScreen)
+        await pilot.press(*"3.5", "enter")
+        await pilot.pause()
+        r0 = rig.core.replica("r0")
+        assert (r0.weight, r0.weight_pinned) == (3.5, True)
+        await pilot.press("w", "enter")  # empty: release
+        await pilot.pause()
+        assert (r0.weight, r0.weight_pinned) == (2.0, False)
+        await pilot.press("b", "8", "enter")
+        await pilot.pause()
+        assert (r0.batch_size, r0.batch_pinned) == (8, True)
+        await pilot.press("b", *"zero", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ValueScreen)  # refused in the dialog, still open
+        await pilot.press("escape")
+        await pilot.pause()
+        assert r0.batch_size == 8
+        assert [e.kind for e in rig.control.audit if e.actor == "console"] == [
+            "weight",
+            "weight",
+            "batch",
+        ]
+
+
+async def test_strategy_picker_switches_strategy() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    names = list(STRATEGIES)
+    target = names.index("round-robin")
+    current = names.index(rig.core.strategy.name)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, StrategyPicker)
+        step = "down" if target > current else "up"
+        await pilot.press(*[step] * abs(target - current), "enter")
+        await pilot.pause()
+        assert rig.core.strategy.name == "round-robin"
+        assert rig.control.audit[-1].message == "strategy is now round-robin"
+
+
+async def test_palette_drives_drain_weight_and_strategy() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await palette(pilot, "Drain r2")
+        assert "Drain r2?" in confirm_text(app)
+        await pilot.press("y")
+        await pilot.pause()
+        assert rig.core.replica("r2").state is not ReplicaState.ACTIVE
+        await palette(pilot, "Weight r3")
+        assert isinstance(app.screen, ValueScreen)
+        await pilot.press(*"1.5", "enter")
+        await pilot.pause()
+        assert rig.core.replica("r3").weight == 1.5
+        await palette(pilot, "Strategy least-connections")
+        assert rig.core.strategy.name == "least-connections"
+        await palette(pilot, "Eject r1")
+        await pilot.press("y")
+        await pilot.pause()
+        assert rig.core.replica("r1").state is ReplicaState.EJECTED
+        await palette(pilot, "Readmit r1")
+        assert rig.core.replica("r1").state is ReplicaState.ACTIVE
+
+
+async def test_read_only_refuses_keys_palette_and_direct_calls() -> None:
+    rig = loaded_rig()
+    app = app_for(rig, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d", "p", "e", "w", "b", "s")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]  # no dialog opened
+        app.perform("drain", "r0")
+        app.switch_strategy("round-robin")
+        await pilot.pause()
+        assert any("read-only console: drain refused" in t for t in toasts(app))
+        assert rig.core.replica("r0").state is ReplicaState.ACTIVE
+        assert rig.core.strategy.name == "weighted-least-connections"
+        assert not [e for e in rig.control.audit if e.actor == "console"]
+        # Greyed in the footer (check_action None), and absent from the palette.
+        assert app.check_action("run_registered", ("drain",)) is None
+        assert app.check_action("run_registered", ("help",)) is True
+        await palette(pilot, "Drain r0")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert rig.core.replica("r0").state is ReplicaState.ACTIVE
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert app.screen.read_only
+
+
+async def test_acting_on_stale_data_warns_first() -> None:
+    rig = loaded_rig()
+    rig.backend.telemetry = lambda: telemetry_for(rig, stale=frozenset({"node-0"}))
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("w", *"4", "enter")
+        await pilot.pause()
+        text = confirm_text(app)
+        assert "r0's data is stale" in text
+        assert "anyway?" in text
+        assert rig.core.replica("r0").weight == 2.0
+        await pilot.press("y")
+        await pilot.pause()
+        assert rig.core.replica("r0").weight == 4.0
+
+
+async def test_keys_are_rebindable_from_the_fleet_file() -> None:
+    fleet = with_keys(make_fleet(batch_sizes=[4, 4, 2, 2]), {"drain": "x", "help": "f1"})
+    rig = loaded_rig(fleet)
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("x")
+        await pilot.pause()
+        assert "Drain r0?" in confirm_text(app)
+        await pilot.press("n", "f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+
+
+async def test_filter_sort_theme_and_refresh_controls() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        await pilot.press("slash", *"v100")
+        await pilot.pause()
+        assert [r.replica for r in table.rows_shown if not r.heading] == ["r2", "r3"]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len([r for r in table.rows_shown if not r.heading]) == 4
+        assert app.focused is table
+        await pilot.press("o")
+        assert app.sort_mode == "util"
+        assert not any(r.heading for r in table.rows_shown)
+        await pilot.press("t")
+        assert app.theme == "light"
+        await pilot.press("t")
+        assert app.theme == "high-contrast"
+        assert app.has_class("-high-contrast")
+        await pilot.press("minus")
+        assert app.refresh_s == 2.0
+        await pilot.press("plus", "plus")
+        assert app.refresh_s == 0.5
+        paused = app.paused
+        await pilot.press("space")
+        assert app.paused is not paused
+
+
+async def test_refresh_redraws_only_changed_cells() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        before = table.cell_updates
+        app.refresh_data()
+        await pilot.pause()
+        assert table.cell_updates == before  # nothing changed, nothing written
+        rig.core.set_batch_size("r3", 9)
+        app.refresh_data()
+        await pilot.pause()
+        # r3's run/batch cell and its utilization (the router's estimate: in flight / batch).
+        assert table.cell_updates - before == 2
+        assert "/9*" in str(table.get_cell("4", "load"))
+
+
+async def test_detail_view_shows_decisions_and_history() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        app.refresh_data(tick=True)
+        await pilot.press("i")
+        await pilot.pause()
+        assert isinstance(app.screen, ReplicaDetail)
+        assert app.screen.replica == "r0"
+        data = app.screen.data()
+        assert data.decisions
+        assert all(d.chosen == "r0" for d in data.decisions)
+        assert data.history is not None
+        assert len(data.history.ttft_p50) == 2
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ReplicaDetail)
+
+
+def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_COLOR turns Textual's colour filter on; states stay readable by word and symbol."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = app_for(loaded_rig())
+    assert app.no_color
+    assert any(type(f).__name__ in ("NoColor", "Monochrome") for f in app._filters)
+
+
+def test_unknown_theme_is_a_config_error() -> None:
+    from router.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"console.theme: no theme 'neon'"):
+        app_for(loaded_rig(), theme="neon")

@@ -1,0 +1,237 @@
+"""The console's view models: pure functions from router snapshots to what is drawn."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.actions import ACTIONS, BY_ID, RESERVED_KEYS, resolve_keys
+from console.backend import samples_from
+from console.screens.value_input import Answer, parse_value
+from console.view.events import Watch, alerts
+from console.view.fleet import SORTS, gpu_rows, select, state_cell, table_rows
+from console.view.format import Tone, bar, duration, sparkline
+from console.view.header import Modes, header_lines
+from console.view.impact import impact, impact_lines
+from console.view.models import model_rows
+from router.errors import ConfigError
+from router.telemetry.status import DISABLED
+from tests.console_helpers import loaded_rig, telemetry_for
+
+
+def _text(line: tuple[tuple[str, Tone], ...]) -> str:
+    return "".join(t for t, _ in line)
+
+
+def test_bar_fills_in_eighths_and_never_overflows() -> None:
+    assert bar(0.0, 4) == "░░░░"
+    assert bar(1.0, 4) == "████"
+    assert bar(0.5, 4) == "██░░"
+    assert bar(7.0, 3) == "███"
+    assert len(bar(0.33, 5)) == 5
+
+
+def test_sparkline_keeps_the_newest_points_right_aligned() -> None:
+    assert sparkline([0.0, 1.0], 4) == "  ▁█"
+    assert sparkline([0.5] * 10, 3) == "▅▅▅"
+
+
+def test_durations_pick_a_readable_unit() -> None:
+    assert duration(None) == "—"
+    assert duration(0.0423) == "42ms"
+    assert duration(1.25) == "1.2s"
+    assert duration(125) == "2m05s"
+
+
+def test_every_gpu_is_a_row_and_without_telemetry_utilization_is_the_routers_estimate() -> None:
+    rig = loaded_rig()
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), DISABLED, {})
+    assert [r.key for r in rows] == ["node-0/0", "node-0/1", "node-0/2", "node-0/3"]
+    assert all(not r.util_fresh and not r.telemetry for r in rows)
+    cells = table_rows(rows, "node", lambda _: [], {})
+    util = cells[1].cells[3][0]
+    assert "~" in util  # marked as an estimate, never as a GPU reading
+    assert cells[1].cells[9] == ("router", Tone.DIM)
+
+
+def test_fresh_telemetry_gives_per_gpu_readings() -> None:
+    rig = loaded_rig()
+    status = telemetry_for(rig)
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), status, samples_from(status))
+    r1 = rows[1]
+    assert r1.util_fresh
+    assert r1.util == pytest.approx(0.5)
+    assert r1.mem == pytest.approx(34_000 / 81_920)
+    assert (r1.power_w, r1.temp_c, r1.state) == (240.0, 63, "active")
+    cells = table_rows(rows, "node", lambda _: [0.5], {})[2].cells
+    assert "~" not in cells[3][0]
+    assert cells[10][0] == "240/400W"
+
+
+def test_stale_and_offline_nodes_are_marked_in_words_not_only_colour() -> None:
+    rig = loaded_rig()
+    stale = telemetry_for(rig, stale=frozenset({"node-0"}))
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), stale, samples_from(stale))
+    assert {r.state for r in rows} == {"stale"}
+    assert all(not r.util_fresh for r in rows)
+    assert state_cell("stale")[0] == "⚠ stale"
+    off = telemetry_for(rig, offline=frozenset({"node-0"}))
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), off, samples_from(off))
+    assert {r.state for r in rows} == {"offline"}
+    assert state_cell("offline")[0] == "✖ offline"
+
+
+def test_operator_states_win_over_data_states() -> None:
+    rig = loaded_rig()
+    rig.core.drain("r2")
+    rig.core.eject("r3")
+    status = telemetry_for(rig, stale=frozenset({"node-0"}))
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), status, samples_from(status))
+    assert [r.state for r in rows] == ["stale", "stale", "draining", "ejected"]
+
+
+def test_sort_and_filter_choose_and_order_rows() -> None:
+    rig = loaded_rig()
+    status = telemetry_for(rig)
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), status, samples_from(status))
+    assert [r.replica for r in select(rows, "util", "")] == ["r3", "r2", "r1", "r0"]
+    assert [r.replica for r in select(rows, "node", "v100")] == ["r2", "r3"]
+    assert [r.replica for r in select(rows, "node", "a100 r1")] == ["r1"]
+    assert "node" in SORTS
+    assert SORTS[0] == "node"
+
+
+def test_grouped_rows_get_a_node_heading_and_sorted_rows_do_not() -> None:
+    rig = loaded_rig()
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), DISABLED, {})
+    grouped = table_rows(rows, "node", lambda _: [], {})
+    assert grouped[0].heading
+    assert grouped[0].key == "node:node-0"
+    assert not any(r.heading for r in table_rows(rows, "util", lambda _: [], {}))
+
+
+def test_header_shows_band_in_words_queue_by_priority_and_telemetry_state() -> None:
+    rig = loaded_rig()
+    snap = rig.core.snapshot()
+    lines = header_lines(snap, DISABLED, Modes(read_only=True, paused=True))
+    text = "\n".join(_text(line) for line in lines)
+    assert "test" in text
+    assert "weighted-least-connections" in text
+    assert f"queue {snap.queue.depth}/1024" in text
+    assert "(normal 2, low 2)" in text  # depth by priority
+    assert f"{snap.imbalance_factor:.2f}" in text
+    assert str(snap.band) in text
+    assert "broker ○ off" in text
+    assert "telemetry off" in text
+    assert "READ-ONLY" in text
+    assert "paused" in text
+    band_cell = next(c for c in lines[1] if str(snap.band) in c[0])
+    assert band_cell[1] in (Tone.OK, Tone.WARN, Tone.BAD)
+
+
+def test_header_counts_fresh_stale_and_dropped() -> None:
+    rig = loaded_rig()
+    status = telemetry_for(rig, stale=frozenset({"node-0"}))
+    text = _text(header_lines(rig.core.snapshot(), status, Modes())[2])
+    assert "● connected" in text
+    assert "0/1 fresh" in text
+    assert "⚠ 1 stale" in text
+    assert "dropped 1 lost 2" in text
+
+
+def test_model_summary_flags_a_tier_doing_less_than_its_weight() -> None:
+    rig = loaded_rig(requests=0, completed=0)
+    from router.snapshot import GpuModelSummary
+
+    under = GpuModelSummary("V100", 2, 2, 0.9, 1.0, 0.1, 0.5, 1.0)
+    even = GpuModelSummary("A100", 2, 2, 0.5, 9.0, 0.9, 0.85, 1.0)
+    rows = model_rows([under, even])
+    assert rows[0][5] == ("▼ under", Tone.WARN)
+    assert rows[1][5] == ("= even", Tone.OK)
+    assert model_rows(rig.core.snapshot().by_gpu_model)[0][5][0] == "· idle"
+
+
+def test_drain_impact_counts_in_flight_by_priority_and_redistributes_the_share() -> None:
+    rig = loaded_rig()
+    snap = rig.core.snapshot()
+    target = next(r for r in snap.replicas if r.id == "r1")
+    running = rig.backend.in_flight("r1")
+    i = impact("drain", target, snap.replicas, running, stale=False)
+    assert i.in_flight == len(running) == target.in_flight > 0
+    assert sum(i.by_priority.values()) == i.in_flight
+    assert i.share == pytest.approx(2 / 6)
+    assert {rid for rid, _, _ in i.recipients} == {"r0", "r2", "r3"}
+    assert sum(after for _, _, after in i.recipients) == pytest.approx(1.0)
+    text = "\n".join(_text(line) for line in impact_lines(i))
+    assert f"In flight: {i.in_flight}" in text
+    assert "33%" in text
+    assert "r0  33% → 50%" in text
+
+
+def test_preempt_impact_separates_requeued_streaming_and_kept_high_priority() -> None:
+    rig = loaded_rig(completed=0)
+    snap = rig.core.snapshot()
+    target = next(r for r in snap.replicas if r.id == "r0")
+    running = rig.backend.in_flight("r0")
+    high = sum(1 for r in running if r.priority == "high")
+    i = impact("preempt", target, snap.replicas, running, stale=True)
+    text = "\n".join(_text(line) for line in impact_lines(i))
+    # Every request in the rig has sent its first byte: preempted ones cannot be re-run.
+    assert f"{len(running) - high} already streaming" in text
+    if high:
+        assert f"{high} high-priority keep running" in text
+    assert text.startswith("⚠ r0's data is stale")
+
+
+def test_alerts_fire_on_changes_for_the_worse_and_on_recovery() -> None:
+    calm = Watch("connected", frozenset(), frozenset(), "good", False)
+    bad = Watch("reconnecting", frozenset({"n1"}), frozenset({"n2"}), "action", True)
+    texts = [t for t, _ in alerts(calm, bad)]
+    assert texts == [
+        "broker connected → reconnecting",
+        "⚠ n1: telemetry stale",
+        "✖ n2: agent offline",
+        "imbalance good → action",
+        "✖ admission queue full: new requests get 429",
+    ]
+    assert [t for t, _ in alerts(bad, calm)] == [
+        "broker reconnecting → connected",
+        "● n1: telemetry fresh again",
+        "● n2: telemetry fresh again",
+        "imbalance action → good",
+    ]
+    assert alerts(None, bad) == []
+
+
+def test_default_keys_avoid_tmux_and_shell_keys_and_are_unique() -> None:
+    keys = [a.key for a in ACTIONS]
+    assert len(set(keys)) == len(keys)
+    assert not set(keys) & RESERVED_KEYS
+    assert all(not k.startswith("ctrl+") for k in keys)
+
+
+def test_rebinding_by_action_id_and_unknown_ids_name_the_key() -> None:
+    keys = resolve_keys({"drain": "x", "help": "f1"})
+    assert keys["drain"] == "x"
+    assert keys["help"] == "f1"
+    assert keys["quit"] == "q"
+    with pytest.raises(ConfigError) as err:
+        resolve_keys({"drian": "x", "eject": "q"}, "fleet.yaml")
+    text = str(err.value)
+    assert "fleet.yaml: console.keys.drian: no such action" in text
+    assert "console.keys" in text
+    assert "q is already the key of" in text
+
+
+def test_only_destructive_actions_confirm() -> None:
+    assert {a.id for a in ACTIONS if a.confirm} == {"drain", "preempt", "eject"}
+    assert all(BY_ID[a].mutates for a in ("strategy", "weight", "batch", "undrain", "readmit"))
+
+
+def test_value_dialog_parses_numbers_and_empty_means_release() -> None:
+    assert parse_value("", integer=False) == Answer(None)
+    assert parse_value("release", integer=True) == Answer(None)
+    assert parse_value("2.5", integer=False) == Answer(2.5)
+    assert parse_value("16", integer=True) == Answer(16)
+    assert parse_value("0", integer=True) == "must be at least 1"
+    assert parse_value("-1", integer=False) == "must be a positive number"
+    assert parse_value("x", integer=True) == "'x' is not a whole number"
