@@ -1,0 +1,210 @@
+"""A small synchronous client of the router's admin API (see ``router/http/admin.py``).
+
+One request per ``ctl`` invocation is not a hot path, so plain blocking httpx serves. Every
+failure becomes a :class:`~console.ctl.errors.CtlError` carrying its exit code; no httpx
+exception leaves this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from console.ctl.errors import (
+    AuthFailedError,
+    BadValueError,
+    RefusedError,
+    UnreachableError,
+)
+
+__all__ = ["AdminClient", "normalize_url"]
+
+
+def normalize_url(url: str) -> str:
+    """``127.0.0.1:8001`` -> ``http://127.0.0.1:8001``; a trailing slash is dropped."""
+    url = url.strip()
+    if not url:
+        raise BadValueError("the admin URL is empty")
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+class AdminClient:
+    """The admin API of one router: state, commands, the audit trail, routing decisions."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        actor: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = normalize_url(base_url)
+        self.timeout_s = timeout_s
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {_header_value('token', token)}"
+        if actor:
+            headers["X-Actor"] = _header_value("actor", actor)
+        try:
+            self._http = httpx.Client(
+                base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+            )
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise BadValueError(f"bad admin URL {self.base_url!r}: {exc}") from None
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ---- the routes ---------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The fleet snapshot with health and (when known) telemetry."""
+        return _object(self._send("GET", "/admin/state"), "/admin/state")
+
+    def command(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply one command; the audit event when applied, :class:`RefusedError` when not."""
+        return _object(self._send("POST", "/admin/commands", json=dict(body)), "/admin/commands")
+
+    def events(self, since: int = 0) -> list[dict[str, Any]]:
+        """The audit trail after sequence number ``since``."""
+        data = _object(self._send("GET", "/admin/events", params={"since": since}), "/admin/events")
+        return _list(data, "events")
+
+    def decisions(self, limit: int) -> list[dict[str, Any]]:
+        """The ``limit`` most recent routing decisions, oldest first."""
+        response = self._send("GET", "/admin/decisions", params={"limit": limit})
+        return _list(_object(response, "/admin/decisions"), "decisions")
+
+    def follow(self, since: int = 0) -> Generator[dict[str, Any], None, None]:
+        """The audit trail after ``since``, then each new event as it happens.
+
+        Runs until the caller stops iterating (and closes the generator) or the router ends
+        the stream, which raises :class:`UnreachableError`: the router has gone away.
+        """
+        params: dict[str, str | int] = {"since": since, "follow": 1, "format": "jsonl"}
+        # Events can be minutes apart: only connecting is bounded.
+        timeout = httpx.Timeout(self.timeout_s, read=None)
+        with self._call():
+            stream = self._http.stream("GET", "/admin/events", params=params, timeout=timeout)
+            with stream as response:
+                if response.status_code != 200:
+                    response.read()
+                    _check(response, self.base_url)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield _event_line(line)
+        raise UnreachableError("the router closed the event stream (it is stopping)")
+
+    # ---- plumbing -------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self._call():
+            response = self._http.request(method, path, **kwargs)
+        _check(response, self.base_url)
+        return response
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """httpx's transport failures, as :class:`UnreachableError` or :class:`BadValueError`."""
+        try:
+            yield
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise BadValueError(f"bad admin URL {self.base_url!r}: {exc}") from None
+        except httpx.TimeoutException:
+            message = f"{self.base_url} did not answer within {self.timeout_s:g}s"
+            raise UnreachableError(message) from None
+        except httpx.ConnectError as exc:
+            raise UnreachableError(f"cannot connect to {self.base_url}: {_reason(exc)}") from None
+        except httpx.TransportError as exc:
+            message = f"lost the connection to {self.base_url}: {_reason(exc)}"
+            raise UnreachableError(message) from None
+
+
+def _check(response: httpx.Response, base_url: str) -> None:
+    """Raise the error a non-200 answer means; return for 200."""
+    status = response.status_code
+    if status == 200:
+        return
+    if status == 401:
+        raise AuthFailedError(
+            f"{base_url} needs a token: pass --token or set GPUROUTER_ADMIN_TOKEN"
+        )
+    if status == 403:
+        raise AuthFailedError(f"{base_url} refused the token")
+    message = _message(response)
+    if status == 409:
+        raise RefusedError(f"refused: {message}")
+    if status == 400:
+        raise BadValueError(f"the router could not read the request: {message}")
+    path = response.request.url.path
+    raise UnreachableError(
+        f"{base_url} answered HTTP {status} to {path}; is it a gpurouter admin API? ({message})"
+    )
+
+
+def _message(response: httpx.Response) -> str:
+    """The event's message (409), the OpenAI-style error's message, or the body's start."""
+    try:
+        data = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return response.text[:200] or response.reason_phrase
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return response.text[:200]
+
+
+def _object(response: httpx.Response, path: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise UnreachableError(f"{path} did not answer a JSON object; is it a gpurouter admin API?")
+    return data
+
+
+def _list(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = data.get(key)
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise UnreachableError(f"the admin API's answer has no list of {key}")
+    return items
+
+
+def _event_line(line: str) -> dict[str, Any]:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict):
+        raise UnreachableError(f"unreadable line in the event stream: {line[:80]!r}")
+    return event
+
+
+def _header_value(what: str, value: str) -> str:
+    # httpx sends headers as ASCII; say which option is wrong instead of a UnicodeEncodeError.
+    if not value.isascii() or not value.isprintable():
+        raise BadValueError(f"the {what} must be printable ASCII")
+    return value
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.rsplit("] ", 1)[-1]  # "[Errno 111] Connection refused" -> "Connection refused"

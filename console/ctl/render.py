@@ -1,0 +1,182 @@
+"""What ``gpurouter ctl`` prints: the status table, one line per event and per decision.
+
+Everything here takes the admin API's JSON (plain dicts) and returns text or rich
+renderables; nothing does I/O but :func:`print_status`, which writes to the stream it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from console.view.format import NONE, duration, number, pct, rate
+
+__all__ = ["decision_line", "event_line", "print_status", "status_view", "telemetry_lines"]
+
+_STATE_STYLE = {"active": "green", "draining": "yellow", "drained": "dim", "ejected": "red"}
+_BAND_STYLE = {"excellent": "green", "good": "green", "watch": "yellow", "action": "bold red"}
+PIN = "*"
+"""Marks a weight or batch size the operator pinned (``ctl weight``/``ctl batch``)."""
+LEGEND = (
+    "util from: tel = GPU telemetry, router = router accounting (no telemetry),",
+    f"           stale = telemetry too old (router accounting shown); {PIN} = pinned",
+)
+
+State = Mapping[str, Any]
+
+
+def print_status(state: State, out: TextIO) -> None:
+    """Write the status view to ``out`` (colour only where ``out`` is a terminal)."""
+    Console(file=out, highlight=False, soft_wrap=False).print(status_view(state))
+
+
+def status_view(state: State) -> RenderableType:
+    """The fleet's header lines, a table of replicas, and the health and telemetry lines."""
+    parts: list[RenderableType] = [*_header(state), _replica_table(state)]
+    parts.extend(_health_lines(state))
+    telemetry = state.get("telemetry")
+    if telemetry:
+        parts.extend(Text(line) for line in telemetry_lines(telemetry))
+    parts.extend(Text(line, style="dim") for line in LEGEND)
+    return Group(*parts)
+
+
+def _header(state: State) -> list[Text]:
+    queue = state["queue"]
+    by_priority = " · ".join(f"{k} {v}" for k, v in queue["by_priority"].items())
+    factor, band = state["imbalance_factor"], str(state["band"])
+    imbalance = Text(f"imbalance {factor:.2f} ")
+    imbalance.append(f"({band})", style=_BAND_STYLE.get(band, ""))
+    models = state.get("by_gpu_model") or []
+    if len(models) > 1:
+        imbalance.append(
+            "".join(f" · {m['gpu_model']} {m['imbalance_factor']:.2f}" for m in models)
+        )
+    return [
+        Text(f"cluster {state['cluster']} · strategy {state['strategy']}"),
+        Text(
+            f"in {rate(state['arrivals_rps'])} req/s · out {rate(state['throughput_rps'])} req/s"
+            f" · {rate(state['output_tokens_per_s'])} tok/s · in flight {state['in_flight']}"
+        ),
+        Text(f"queue {queue['depth']}/{queue['capacity']} ({by_priority or 'empty'})"),
+        imbalance,
+    ]
+
+
+def _replica_table(state: State) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("replica")
+    table.add_column("gpu")
+    table.add_column("state")
+    table.add_column("load", justify="right")
+    table.add_column("weight", justify="right")
+    table.add_column("util", justify="right")
+    table.add_column("ttft p50/p99", justify="right")
+    for r in state["replicas"]:
+        table.add_row(
+            r["id"],
+            r["gpu_model"],
+            Text(r["state"], style=_STATE_STYLE.get(r["state"], "")),
+            load_cell(r),
+            weight_cell(r),
+            util_cell(r),
+            f"{duration(r['ttft_p50_s'])}/{duration(r['ttft_p99_s'])}",
+        )
+    return table
+
+
+def load_cell(r: State) -> str:
+    """In flight over batch size: ``3/8``, ``3/4*`` when the batch size is pinned."""
+    return f"{r['in_flight']}/{r['batch_size']}{PIN if r['batch_pinned'] else ''}"
+
+
+def weight_cell(r: State) -> str:
+    """Static over effective weight: ``1/2.5*`` when pinned, ``1/1`` by default."""
+    pin = PIN if r["weight_pinned"] else ""
+    return f"{number(r['static_weight'])}/{number(r['weight'])}{pin}"
+
+
+def util_cell(r: State) -> Text:
+    """Utilization and where it came from (see :data:`LEGEND`)."""
+    if r["utilization_from_telemetry"]:
+        source, style = "tel", ""
+    elif r["stale"]:
+        source, style = "stale", "yellow"
+    else:
+        source, style = "router", "dim"
+    return Text(f"{pct(r['utilization'])} {source}", style=style)
+
+
+def _health_lines(state: State) -> list[Text]:
+    lines = []
+    for replica, health in (state.get("health") or {}).items():
+        ejection = health.get("ejection") if isinstance(health, Mapping) else None
+        if ejection:
+            lines.append(
+                Text(
+                    f"health: {replica} ejected, probed again in "
+                    f"{duration(ejection['remaining_s'])}: {ejection['reason']}",
+                    style="red",
+                    no_wrap=True,
+                    overflow="ellipsis",  # one line each; --json has the whole reason
+                )
+            )
+    return lines
+
+
+def telemetry_lines(telemetry: State) -> list[str]:
+    """The broker connection, then the nodes (each counted once: offline, stale or live)."""
+    broker = str(telemetry["broker"])
+    if broker == "disabled":
+        return ["telemetry: off (no broker configured)"]
+    url = telemetry.get("broker_url")
+    nodes = telemetry.get("nodes") or []
+    offline = sum(1 for n in nodes if not n["online"])
+    stale = sum(1 for n in nodes if n["online"] and n["stale"])
+    dropped = telemetry.get("dropped_unknown", 0) + sum(n.get("dropped", 0) for n in nodes)
+    return [
+        f"telemetry: broker {broker}{f' {url}' if url else ''}",
+        f"nodes: {len(nodes) - offline - stale} live, {stale} stale, {offline} offline"
+        f" · {dropped} payloads dropped",
+    ]
+
+
+def event_line(event: State) -> str:
+    """``   7 2025-06-01 12:00:03  alice  drain replica=a100-0  ok  a100-0: draining...``."""
+    when = datetime.fromtimestamp(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
+    kind = str(event["kind"])
+    what = kind
+    if kind != "state":  # a state change's message already says what changed
+        args = " ".join(f"{k}={_arg(v)}" for k, v in event["args"].items())
+        what = f"{kind} {args}".rstrip()
+    verdict = "ok" if event["ok"] else "REFUSED"
+    return f"{event['seq']:>4} {when}  {event['actor']}  {what}  {verdict}  {event['message']}"
+
+
+def decision_line(decision: State) -> str:
+    """``req-12  p2c-peak-ewma -> a  (a 0.31, 2 in flight; b not eligible)  note``."""
+    candidates = "; ".join(_candidate(c) for c in decision["candidates"])
+    notes = " ".join(n for n in (decision.get("note"), decision.get("telemetry_note")) if n)
+    chosen = decision["chosen"] or "(none)"
+    line = f"{decision['request_id']}  {decision['strategy']} -> {chosen}  ({candidates})"
+    return f"{line}  {notes}" if notes else line
+
+
+def _candidate(c: State) -> str:
+    if not c["eligible"]:
+        return f"{c['replica']} not eligible"
+    score = NONE if c["score"] is None else f"{c['score']:.3g}"
+    return f"{c['replica']} {score}, {c['in_flight']} in flight"
+
+
+def _arg(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}={v}" for k, v in value.items()) + "}"
+    if value is None:
+        return "release"
+    return str(value)

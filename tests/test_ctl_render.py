@@ -1,0 +1,176 @@
+"""What `gpurouter ctl` prints, from canned admin-API JSON: the status view fits an 80-column
+pane and says where each number came from; events and decisions are one line each."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from console.ctl.render import decision_line, event_line, print_status, telemetry_lines, util_cell
+from console.ctl_command import EXIT_CODES
+from router.core import RouterCore
+from tests.test_emulator_support import Spec, fleet_config
+
+IDS = [f"a100-{i}" for i in range(4)] + [f"v100-{i}" for i in range(4)]
+
+
+def canned_state() -> dict[str, Any]:
+    """The admin API's /admin/state for an idle 8-replica fleet, as JSON would carry it."""
+    specs = [Spec(i, gpu="A100-80GB" if i.startswith("a") else "V100-32GB") for i in IDS]
+    core = RouterCore(fleet_config(*specs))
+    state: dict[str, Any] = json.loads(json.dumps(core.snapshot().to_dict()))
+    state["health"] = {i: {"failures_in_row": 0, "ejection": None} for i in IDS}
+    return state
+
+
+def replica(state: dict[str, Any], replica_id: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [r for r in state["replicas"] if r["id"] == replica_id]
+    (only,) = found
+    return only
+
+
+def render(state: dict[str, Any]) -> list[str]:
+    out = io.StringIO()
+    print_status(state, out)
+    return out.getvalue().splitlines()
+
+
+def test_the_status_view_of_eight_replicas_fits_80_columns() -> None:
+    lines = render(canned_state())
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert [line.split()[0] for line in lines[5:13]] == IDS
+    assert lines[4].split() == [
+        "replica",
+        "gpu",
+        "state",
+        "load",
+        "weight",
+        "util",
+        "ttft",
+        "p50/p99",
+    ]
+
+
+def test_pinned_weight_and_batch_are_marked_and_busy_telemetry_shows() -> None:
+    state = canned_state()
+    a = replica(state, "a100-0")
+    a.update(
+        weight=2.5,
+        weight_pinned=True,
+        batch_size=4,
+        batch_pinned=True,
+        in_flight=3,
+        utilization=0.623,
+        utilization_from_telemetry=True,
+        ttft_p50_s=0.042,
+        ttft_p99_s=1.3,
+        state="draining",
+    )
+    (row,) = [line.split() for line in render(state) if line.startswith("a100-0 ")]
+    assert row == ["a100-0", "A100-80GB", "draining", "3/4*", "1/2.5*", "62%", "tel", "42ms/1.3s"]
+
+
+def test_utilization_says_whether_it_came_from_telemetry_stale_telemetry_or_the_router() -> None:
+    base = {"utilization": 0.5, "utilization_from_telemetry": False, "stale": False}
+    assert util_cell(base).plain == "50% router"
+    assert util_cell({**base, "stale": True}).plain == "50% stale"
+    assert util_cell({**base, "utilization_from_telemetry": True}).plain == "50% tel"
+
+
+def test_the_header_shows_queue_by_priority_and_the_imbalance_band() -> None:
+    state = canned_state()
+    state["queue"].update(depth=5, by_priority={"high": 1, "normal": 4, "low": 0})
+    state.update(imbalance_factor=1.62, band="action", arrivals_rps=12.34, in_flight=17)
+    lines = render(state)
+    assert lines[0] == f"cluster {state['cluster']} · strategy {state['strategy']}"
+    assert lines[1] == "in 12.3 req/s · out 0.0 req/s · 0.0 tok/s · in flight 17"
+    assert lines[2] == f"queue 5/{state['queue']['capacity']} (high 1 · normal 4 · low 0)"
+    assert lines[3].startswith("imbalance 1.62 (action) · A100-80GB 1.00 · V100-32GB 1.00")
+
+
+def test_a_health_ejection_and_the_telemetry_feed_get_a_line_each() -> None:
+    state = canned_state()
+    state["health"]["v100-2"]["ejection"] = {
+        "reason": "5 failures in a row",
+        "cause": "connect refused",
+        "remaining_s": 12.0,
+        "in_row": 1,
+    }
+    state["telemetry"] = {
+        "broker": "connected",
+        "broker_url": "mqtt://127.0.0.1:1883",
+        "nodes": [
+            {"node": "n0", "online": True, "stale": False, "dropped": 1},
+            {"node": "n1", "online": True, "stale": True, "dropped": 0},
+            {"node": "n2", "online": False, "stale": True, "dropped": 0},
+        ],
+        "dropped_unknown": 2,
+    }
+    lines = render(state)
+    assert "health: v100-2 ejected, probed again in 12.0s: 5 failures in a row" in lines
+    assert lines[-4:-2] == [
+        "telemetry: broker connected mqtt://127.0.0.1:1883",
+        "nodes: 1 live, 1 stale, 1 offline · 3 payloads dropped",
+    ]
+
+
+def test_no_telemetry_line_without_a_feed_and_a_plain_one_when_disabled() -> None:
+    assert not any(line.startswith("telemetry:") for line in render(canned_state()))
+    disabled: dict[str, Any] = {
+        "broker": "disabled",
+        "broker_url": None,
+        "nodes": [],
+        "dropped_unknown": 0,
+    }
+    assert telemetry_lines(disabled) == ["telemetry: off (no broker configured)"]
+
+
+def test_an_event_is_one_line_with_who_what_and_the_verdict() -> None:
+    command = {
+        "seq": 7,
+        "at": 1_700_000_000.0,
+        "actor": "alice",
+        "kind": "weight",
+        "args": {"replica": "a100-0", "weight": None},
+        "ok": True,
+        "message": "a100-0: weight released to 1",
+    }
+    line = event_line(command)
+    assert line.startswith("   7 ")
+    assert line.endswith(
+        "  alice  weight replica=a100-0 weight=release  ok  a100-0: weight released to 1"
+    )
+    refused = {**command, "kind": "undrain", "args": {"replica": "x"}, "ok": False, "message": "no"}
+    assert event_line(refused).endswith("  alice  undrain replica=x  REFUSED  no")
+    strategy = {**command, "kind": "strategy", "args": {"name": "p2c", "params": {"k": 1}}}
+    assert "  strategy name=p2c params={k=1}  ok  " in event_line(strategy)
+    state = {**command, "actor": "router", "kind": "state", "message": "a: active -> draining"}
+    assert event_line(state).endswith("  router  state  ok  a: active -> draining")
+
+
+def test_a_decision_is_one_line_naming_every_candidate() -> None:
+    decision = {
+        "strategy": "least-connections",
+        "request_id": "req-12",
+        "chosen": "a",
+        "time": 5.0,
+        "candidates": [
+            {"replica": "a", "eligible": True, "score": 0.3125, "in_flight": 2},
+            {"replica": "b", "eligible": False, "score": None, "in_flight": 8},
+            {"replica": "c", "eligible": True, "score": None, "in_flight": 0},
+        ],
+        "note": "",
+        "telemetry_note": "c: telemetry stale",
+    }
+    assert decision_line(decision) == (
+        "req-12  least-connections -> a  (a 0.312, 2 in flight; b not eligible; "
+        "c —, 0 in flight)  c: telemetry stale"
+    )
+    assert " -> (none)  " in decision_line({**decision, "chosen": None})
+
+
+def test_the_docs_list_the_same_exit_codes_as_the_help() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "ctl.md").read_text()
+    assert EXIT_CODES in docs
