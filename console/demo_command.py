@@ -1,0 +1,241 @@
+"""``gpurouter demo``: a live heterogeneous fleet being routed, with nothing installed.
+
+The composition lives in :mod:`router.demo` (broker, emulated fleet, node agents, router,
+load); this module is its edge: options, the banner with the front door's address, the
+per-second lines of ``--headless``, the console otherwise, and errors as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
+
+from router.errors import GpuRouterError
+
+if TYPE_CHECKING:
+    from console.app import ConsoleApp
+    from router.demo import Demo
+
+PROG = "gpurouter demo"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Start the embedded MQTT broker, an emulated fleet, a node agent per node, the router "
+        "and a bursty load, then the console (or --headless JSON lines). Round-robin first."
+    )
+    p.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="fleet YAML file (default: examples/fleets/mixed-a100-v100.yaml)",
+    )
+    p.add_argument("--headless", action="store_true", help="no console: print one line a second")
+    p.add_argument(
+        "--duration", type=float, metavar="S", help="stop after S seconds (default: run on)"
+    )
+    p.add_argument("--json", action="store_true", help="with --headless: JSON lines on stdout")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="front door address (default: the fleet file's server.listen; port 0: any)",
+    )
+    p.add_argument(
+        "--admin-listen",
+        metavar="HOST:PORT",
+        help="admin API address (default: the fleet file's server.admin_listen)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="run the emulated GPUs X times faster than life (the load follows)",
+    )
+    p.add_argument(
+        "--load",
+        default="0.5:0.9",
+        metavar="LOW:HIGH",
+        help="the offered rate swings between these fractions of the fleet's capacity",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the load and the emulator")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # Imported here: the HTTP and MQTT stacks are not needed to build the parser.
+    from router.config import load_fleet
+    from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
+    from router.http.server import split_host_port
+
+    try:
+        if args.duration is not None and args.duration <= 0:
+            raise GpuRouterError(f"--duration must be > 0, got {args.duration}")
+        for option in (args.listen, args.admin_listen):
+            if option is not None:
+                split_host_port(option)
+        low, high = _fractions(args.load)
+        fleet = load_fleet(Path(args.fleet) if args.fleet else default_fleet_path())
+        options = DemoOptions(
+            time_scale=args.time_scale,
+            listen=args.listen,
+            admin_listen=args.admin_listen,
+            load=DemoLoad(low=low, high=high),
+            seed=args.seed,
+        )
+        demo = Demo(fleet, options)
+        if args.headless:
+            asyncio.run(_headless(demo, args.duration, args.json, out, err))
+        else:
+            asyncio.run(_console(demo, args.duration, out))
+    except (GpuRouterError, ValueError) as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 2
+    except OSError as exc:
+        err.write(f"{PROG}: cannot listen: {exc}\n")
+        return 1
+    return 0
+
+
+def _fractions(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        return float(low), float(high if sep else low)
+    except ValueError:
+        message = f"--load expects LOW:HIGH fractions such as 0.5:0.9, got {text!r}"
+        raise GpuRouterError(message) from None
+
+
+def banner(demo: Demo) -> list[str]:
+    """Where to send requests and commands while the demo runs."""
+    front, admin = demo.front_url, demo.admin_url
+    model = demo.fleet.model or demo.fleet.replicas[0].model
+    return [
+        f"front door: {front}  (try: curl {front}/v1/completions -H 'Content-Type: "
+        f'application/json\' -d \'{{"model": "{model}", "prompt": "hi", "max_tokens": 16}}\''
+        f" / openai base_url={front}/v1)",
+        f"admin API: {admin}  (try: gpurouter ctl --admin {admin} strategy "
+        "weighted-least-connections)",
+        f"telemetry: MQTT broker {demo.broker_url}, {len(demo.agents)} node agents",
+        f"load: {demo.options.load.low:g}-{demo.options.load.high:g} of the fleet's capacity "
+        f"({demo.capacity_rps:.1f} req/s at time scale 1), "
+        f"strategy {demo.fleet.router.strategy.name}",
+    ]
+
+
+async def _headless(
+    demo: Demo, duration: float | None, as_json: bool, out: TextIO, err: TextIO
+) -> None:
+    stop = asyncio.Event()
+    with _signals(stop.set):
+        try:
+            await demo.start()
+            say = err if as_json else out
+            say.write("\n".join(banner(demo)) + "\n")
+            say.flush()
+            await _lines(demo, duration, stop, lambda line: _print(line, as_json, out))
+        finally:
+            await demo.stop()
+    if demo.server is not None:
+        _print(demo.summary(), as_json, out)
+
+
+async def _lines(
+    demo: Demo, duration: float | None, stop: asyncio.Event, emit: Callable[[dict[str, Any]], None]
+) -> None:
+    """One snapshot line per second of the run, until ``duration`` or ``stop``."""
+    loop = asyncio.get_running_loop()
+    second = 1
+    while duration is None or second <= duration:
+        wait = demo.started_at + second - loop.time()
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+        if stop.is_set():
+            return
+        emit(demo.snapshot_line())
+        second += 1
+
+
+def _print(line: dict[str, Any], as_json: bool, out: TextIO) -> None:
+    out.write((json.dumps(line) if as_json else _human(line)) + "\n")
+    out.flush()
+
+
+def _human(line: dict[str, Any]) -> str:
+    if "summary" in line:
+        s = line["summary"]
+        return (
+            f"summary: {s['duration_s']:g} s, router {s['outcomes']}, lost {s['lost']}, "
+            f"mean {s['mean_throughput_rps']:g} req/s, imbalance {s['imbalance']['by_strategy']}, "
+            f"{len(s['strategy_switches'])} strategy switch(es)"
+        )
+    nodes = line["telemetry"]["nodes"].values()
+    fresh = sum(1 for n in nodes if n["fresh"])
+    return (
+        f"t={line['t']:>5g}s  {line['strategy']:<28} {line['throughput_rps']:>7.1f} req/s  "
+        f"queue {line['queue_depth']:>4}  in flight {line['in_flight']:>4}  "
+        f"imbalance {line['imbalance_factor']:.2f} ({line['band']})  "
+        f"telemetry {fresh}/{len(nodes)} fresh"
+    )
+
+
+def demo_app(demo: Demo) -> ConsoleApp:
+    """The console on a started demo's router; Ctrl+C quits it as q does."""
+    from textual.binding import Binding, BindingType
+
+    from console.app import ConsoleApp
+    from console.backend import ConsoleBackend
+
+    class DemoApp(ConsoleApp):
+        # Textual's own Ctrl+C only says how to quit; in the demo it quits.
+        BINDINGS: ClassVar[list[BindingType]] = [
+            *ConsoleApp.BINDINGS,
+            Binding("ctrl+c", "quit", show=False, priority=True),
+        ]
+
+    server = demo.server
+    if server is None:
+        raise RuntimeError("start the demo before its console")
+    backend = ConsoleBackend(
+        server.core,
+        server.control,
+        telemetry=demo.telemetry,
+        front_url=demo.front_url,
+        notes=banner(demo),
+        actor="demo-console",
+    )
+    return DemoApp(backend)
+
+
+async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
+    try:
+        await demo.start()
+        app = demo_app(demo)
+        if duration is not None:
+            asyncio.get_running_loop().call_later(duration, app.exit)
+        with _signals(app.exit):
+            await app.run_async()
+    finally:
+        await demo.stop()
+    if demo.server is not None:
+        out.write(banner(demo)[0] + "\n")
+        summary = demo.summary()["summary"]
+        out.write(f"demo stopped: router outcomes {summary['outcomes']}\n")
+
+
+@contextlib.contextmanager
+def _signals(handler: Callable[[], object]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``handler`` while in the block (then the defaults return)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, handler)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,119 @@
+"""What the demo prints: one JSON object per second and a summary at the end.
+
+Both are plain dicts of JSON types, built from the router's snapshot, the telemetry status
+and the load generator's tally; nothing here touches sockets or clocks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from router.snapshot import FleetSnapshot
+from router.telemetry.status import TelemetryStatus
+
+__all__ = ["RunTally", "StrategySwitch", "snapshot_line"]
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def snapshot_line(
+    t: float,
+    snap: FleetSnapshot,
+    status: TelemetryStatus,
+    *,
+    offered_rps: float,
+    client: Counter[str],
+) -> dict[str, Any]:
+    """The fleet at ``t`` seconds into the demo (rates are per wall-clock second)."""
+    return {
+        "t": round(t, 1),
+        "strategy": snap.strategy,
+        "offered_rps": _r(offered_rps, 2),
+        "arrivals_rps": _r(snap.arrivals_rps, 2),
+        "throughput_rps": _r(snap.throughput_rps, 2),
+        "queue_depth": snap.queue.depth,
+        "in_flight": snap.in_flight,
+        "imbalance_factor": _r(snap.imbalance_factor),
+        "band": str(snap.band),
+        "outcomes": dict(snap.outcomes),
+        "client": dict(client),
+        "replicas": {
+            r.id: {
+                "state": r.state,
+                "gpu_model": r.gpu_model,
+                "utilization": _r(r.utilization),
+                "utilization_from_telemetry": r.utilization_from_telemetry,
+                "telemetry_age_s": _r(r.telemetry_age_s, 2),
+                "in_flight": r.in_flight,
+                "throughput_rps": _r(r.throughput_rps, 2),
+            }
+            for r in snap.replicas
+        },
+        "telemetry": {
+            "broker": str(status.broker),
+            "nodes": {
+                n.node: {
+                    "fresh": n.age_s is not None and not n.stale,
+                    "online": n.online,
+                    "age_s": _r(n.age_s, 2),
+                    "samples": n.samples,
+                }
+                for n in status.nodes
+            },
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class StrategySwitch:
+    t: float
+    """Seconds into the demo."""
+    strategy: str
+    actor: str
+
+
+@dataclass(slots=True)
+class RunTally:
+    """Per-second lines and strategy switches, summed up at the end."""
+
+    throughput: list[float] = field(default_factory=list)
+    imbalance: list[tuple[str, float]] = field(default_factory=list)
+    """(strategy, imbalance factor) of each second."""
+    switches: list[StrategySwitch] = field(default_factory=list)
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.throughput.append(float(line["throughput_rps"]))
+        self.imbalance.append((str(line["strategy"]), float(line["imbalance_factor"])))
+
+    def summary(
+        self, duration_s: float, outcomes: dict[str, int], client: Counter[str]
+    ) -> dict[str, Any]:
+        """``outcomes``: the router's endings; ``client``: the load generator's (``error`` is
+        a request that got no HTTP answer at all: lost)."""
+        by_strategy: dict[str, list[float]] = {}
+        for name, factor in self.imbalance:
+            by_strategy.setdefault(name, []).append(factor)
+        factors = [f for _, f in self.imbalance]
+        return {
+            "summary": {
+                "duration_s": round(duration_s, 1),
+                "outcomes": dict(outcomes),
+                "client": dict(client),
+                "lost": client.get("error", 0),
+                "mean_throughput_rps": _r(fmean(self.throughput), 2) if self.throughput else 0.0,
+                "imbalance": {
+                    "mean": _r(fmean(factors)) if factors else None,
+                    "max": _r(max(factors)) if factors else None,
+                    "by_strategy": {k: _r(fmean(v)) for k, v in by_strategy.items()},
+                },
+                "strategy_switches": [
+                    {"t": round(s.t, 1), "strategy": s.strategy, "actor": s.actor}
+                    for s in self.switches
+                ],
+            }
+        }
