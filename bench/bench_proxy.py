@@ -35,12 +35,11 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import bench_http_stack as stack
@@ -215,25 +214,8 @@ def spawn_nginx(binary: str, upstream_port: int, workdir: str) -> stack.Child:
 # ---- the run -------------------------------------------------------------------------------
 
 
-@dataclass
-class Cell:
-    samples: list[stack.Sample] = field(default_factory=list)
-    direct: list[stack.Sample] = field(default_factory=list)
-
-    def summary(self) -> dict[str, float]:
-        med = statistics.median
-        pairs = list(zip(self.samples, self.direct, strict=True))
-        return {
-            "rps": med(s.rps for s in self.samples),
-            "p50_ms": med(s.p50_ms for s in self.samples),
-            "p99_ms": med(s.p99_ms for s in self.samples),
-            "added_p50_ms": med(s.p50_ms - d.p50_ms for s, d in pairs),
-            "added_p99_ms": med(s.p99_ms - d.p99_ms for s, d in pairs),
-            "rps_vs_direct": med(s.rps / d.rps for s, d in pairs),
-            "cpu_us_per_request": med(s.cpu_us_per_request for s in self.samples),
-            "requests": sum(s.count for s in self.samples),
-            "errors": sum(s.errors for s in self.samples),
-        }
+Cell = stack.Cell
+"""Per-round samples of one cell and its direct baseline (shared with bench_http_stack)."""
 
 
 def measure_all(
@@ -284,7 +266,7 @@ def table(cells: dict[tuple[str, int, bool], Cell], names: list[str]) -> list[st
                     f"| {'-' if direct else ms(s['added_p50_ms'], '+')} "
                     f"| {'-' if direct else ms(s['added_p99_ms'], '+')} "
                     f"| {s['rps_vs_direct']:.2f} "
-                    f"| {'-' if direct else format(s['cpu_us_per_request'], '.0f')} |"
+                    f"| {'-' if direct else format(s['proxy_cpu_us_per_request'], '.0f')} |"
                 )
     return lines
 
