@@ -932,10 +932,12 @@ def ms(value: float, sign: str = "") -> str:
     return f"{value:{sign}.{digits}f}"
 
 
-def format_table(cells: dict[tuple[str, int, bool], Cell], variants: list[str]) -> list[str]:
+def format_table(
+    cells: dict[tuple[str, int, bool], Cell], variants: list[str], first_column: str = "variant"
+) -> list[str]:
     lines = [
-        "| variant | concurrency | stream | req/s | p50 ms | p99 ms | added p50 | added p99 "
-        "| req/s vs direct | proxy CPU us/req |",
+        f"| {first_column} | concurrency | stream | req/s | p50 ms | p99 ms "
+        "| added p50 | added p99 | req/s vs direct | proxy CPU us/req |",
         "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for concurrency in CONCURRENCIES:

@@ -46,7 +46,7 @@ import bench_http_stack as stack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CONCURRENCIES = (1, 32, 256)
+CONCURRENCIES = stack.CONCURRENCIES
 DIRECT, BARE, ROUTER, NGINX = "direct", "bare proxy", "gpurouter", "nginx"
 
 
@@ -246,29 +246,7 @@ def measure_all(
 
 
 def table(cells: dict[tuple[str, int, bool], Cell], names: list[str]) -> list[str]:
-    ms = stack.ms
-    lines = [
-        "| path | concurrency | stream | req/s | p50 ms | p99 ms | added p50 | added p99 "
-        "| req/s vs direct | proxy CPU us/req |",
-        "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|",
-    ]
-    for concurrency in CONCURRENCIES:
-        for stream in (False, True):
-            for name in names:
-                cell = cells.get((name, concurrency, stream))
-                if cell is None:
-                    continue
-                s = cell.summary()
-                direct = name == DIRECT
-                lines.append(
-                    f"| {name} | {concurrency} | {'yes' if stream else 'no'} | {s['rps']:,.0f} "
-                    f"| {ms(s['p50_ms'])} | {ms(s['p99_ms'])} "
-                    f"| {'-' if direct else ms(s['added_p50_ms'], '+')} "
-                    f"| {'-' if direct else ms(s['added_p99_ms'], '+')} "
-                    f"| {s['rps_vs_direct']:.2f} "
-                    f"| {'-' if direct else format(s['proxy_cpu_us_per_request'], '.0f')} |"
-                )
-    return lines
+    return stack.format_table(cells, names, first_column="path")
 
 
 def aims(cells: dict[tuple[str, int, bool], Cell]) -> list[str]:

@@ -25,8 +25,10 @@ from tests.test_emulator_support import MODEL, Spec, any_ports, fleet_config
 
 __all__ = ["MODEL", "Spec", "openai_client", "routed", "routed_fleet", "with_endpoints"]
 
-QUIET_HEALTH = HealthConfig(check_interval_s=0.0, eject_after_failures=0)
-"""No active checks and no ejection: tests that want them say so."""
+QUIET_HEALTH = HealthConfig(
+    check_interval_s=0.0, eject_after_failures=0, engine_metrics_interval_s=0.0
+)
+"""No active checks, no ejection, no engine-metrics polling: tests that want them say so."""
 
 
 def with_endpoints(config: FleetConfig, emulated: EmulatedFleet) -> FleetConfig:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from aiohttp import web
 
+from router.config.schema import HealthConfig
 from router.control import Drain
 from router.core import Outcome
 from router.http.server import RouterServer
@@ -171,3 +172,17 @@ def total(text: str, name: str) -> float:
         for line in text.splitlines()
         if line.startswith((name + "{", name + " "))
     )
+
+
+async def test_the_server_reads_each_replicas_engine_metrics() -> None:
+    """With an engine-metrics interval, every replica's /metrics lands in Replica.engine."""
+    polling = HealthConfig(
+        check_interval_s=0.0, eject_after_failures=0, engine_metrics_interval_s=0.05
+    )
+    async with routed(SPECS, health=polling) as (server, _):
+        for _ in range(200):
+            if all(r.engine is not None for r in server.core.pool):
+                break
+            await asyncio.sleep(0.01)
+        assert {r.engine.engine for r in server.core.pool if r.engine is not None} == {"vllm"}
+        assert all(r.engine is not None for r in server.core.pool)

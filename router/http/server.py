@@ -35,6 +35,7 @@ from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.proxy import Proxy
 from router.http.upstream import Upstream
+from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
 
 __all__ = ["RouterServer", "is_loopback", "split_host_port"]
@@ -67,6 +68,7 @@ class RouterServer:
         self.router = AsyncRouter(self.core)
         self.upstream = Upstream(fleet)
         self.health = HealthMonitor(self.core, fleet.router.health, self.upstream.probe)
+        self.engine_metrics = EngineMetricsPoller(self.core)
         self.metrics = RouterMetrics(self.core, lambda: self.health.ejections_total)
         self.proxy = Proxy(self.router, self.upstream, self.health, self.metrics)
         self.front = FrontDoor(self.proxy, self.core, self.metrics)
@@ -108,6 +110,7 @@ class RouterServer:
             await self.upstream.start()
             self.router.start()
             self.health.start()
+            await self.engine_metrics.start()
             apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
             for app, sock in zip(apps, sockets, strict=True):
                 server = _EmbeddedUvicorn(_config(app))
@@ -136,6 +139,7 @@ class RouterServer:
             await asyncio.wait(pending, timeout=_HANDLER_WAIT_S)
         self._servers.clear()
         self._tasks.clear()
+        await self.engine_metrics.stop()
         await self.health.stop()
         await self.router.stop()
         await self.upstream.close()
