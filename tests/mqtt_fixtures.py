@@ -109,7 +109,11 @@ class Mosquitto:
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             proc.terminate()
-            await proc.wait()
+            try:
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
     async def kill(self) -> None:
         proc, self._proc = self._proc, None

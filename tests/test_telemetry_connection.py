@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import ssl
 from pathlib import Path
+from typing import cast
 
 import aiomqtt
 import pytest
 
 from router.config.schema import BrokerConfig
 from router.errors import TelemetryError
-from router.telemetry.connection import make_client, parse_broker_url, resolve_target
+from router.telemetry.connection import (
+    Backoff,
+    cancel_and_wait,
+    make_client,
+    parse_broker_url,
+    publish,
+    resolve_target,
+    stay_connected,
+)
 from router.telemetry.embedded_broker import EmbeddedBroker, amqtt_config
 from tests.mqtt_fixtures import Mosquitto, mosquitto_binary
 
@@ -109,3 +119,130 @@ async def test_user_and_password_reach_a_broker_that_requires_them(tmp_path: Pat
                 pass
     finally:
         await broker.stop()
+
+
+class _UncleanExit:
+    """Connects at once, and on exit raises what aiomqtt raises when the broker never
+    confirms the disconnect: MqttError("Operation timed out")."""
+
+    async def __aenter__(self) -> _UncleanExit:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        raise aiomqtt.MqttError("Operation timed out")
+
+
+async def test_a_cancelled_link_stops_even_when_the_disconnect_fails() -> None:
+    """The MqttError from an unclean disconnect must not swallow the cancellation: the
+    loop would reconnect forever and ``await task`` in a stop() would never return."""
+    entered = asyncio.Event()
+    sleeps: list[float] = []
+
+    async def body(_client: aiomqtt.Client) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    async def no_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        raise AssertionError("the cancelled link went round to reconnect")
+
+    task = asyncio.create_task(
+        stay_connected(
+            lambda: cast(aiomqtt.Client, _UncleanExit()), body, backoff=Backoff(), sleep=no_sleep
+        )
+    )
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sleeps == []
+
+
+async def test_an_unclean_disconnect_without_a_cancel_still_reconnects() -> None:
+    """Outside a cancel, the failed disconnect is one more lost connection: the loop waits
+    out its backoff and connects again."""
+    clients = iter([_UncleanExit(), contextlib.nullcontext()])
+    changes: list[tuple[bool, str | None]] = []
+    rounds = 0
+
+    async def body(_client: aiomqtt.Client) -> None:
+        nonlocal rounds
+        rounds += 1
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
+    await stay_connected(
+        lambda: cast(aiomqtt.Client, next(clients)),
+        body,
+        backoff=Backoff(),
+        on_change=lambda up, why: changes.append((up, why)),
+        sleep=no_sleep,
+    )
+    assert rounds == 2
+    assert changes == [(True, None), (False, "Operation timed out"), (True, None)]
+
+
+async def test_cancel_and_wait_ends_a_task_that_swallowed_its_first_cancel() -> None:
+    """As Python 3.11's wait_for does when the cancel meets the awaited reply: the task
+    carries on once; a second cancel ends it."""
+    swallowed = 0
+
+    async def stubborn() -> None:
+        nonlocal swallowed
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            swallowed += 1
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task, recancel_after_s=0.01)
+    assert task.cancelled()
+    assert swallowed == 1
+
+
+async def test_cancel_and_wait_raises_what_the_task_failed_with() -> None:
+    async def failing() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(failing())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await cancel_and_wait(task)
+
+
+class _ReplyWithTheCancel:
+    """A client whose publish returns normally when cancelled, as aiomqtt's does on Python
+    3.11 when the cancel and the broker's reply arrive together."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def publish(self, *_args: object, **_kwargs: object) -> None:
+        self.calls += 1
+        if self.calls == 1:  # later calls answer at once, so an unguarded loop just ends
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+
+
+async def test_a_publishing_loop_stops_when_the_cancel_meets_the_reply() -> None:
+    client = cast(aiomqtt.Client, _ReplyWithTheCancel())
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while rounds < 3:
+            rounds += 1
+            await publish(client, "t", b"x", qos=0)
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rounds == 1

@@ -37,6 +37,7 @@ from router.demo.report import RunTally, StrategySwitch, snapshot_line
 from router.emulator.fleet import loopback_address
 from router.errors import GpuRouterError
 from router.loadgen import LoadGenerator, RatePhase, ShotResult
+from router.telemetry.connection import cancel_and_wait
 from router.telemetry.status import DISABLED, TelemetryStatus
 
 if TYPE_CHECKING:
@@ -294,9 +295,11 @@ class Demo:
             return
         _, pending = await asyncio.wait(tasks, timeout=_AGENT_STOP_S)
         for task in pending:
-            task.cancel()
+            # An agent's failure at shutdown leaves nothing to clean up.
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(task)
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        del results  # an agent's failure at shutdown leaves nothing to clean up
+        del results
 
 
 def check_ports_free(fleet: FleetConfig) -> None:

@@ -32,7 +32,13 @@ import paho.mqtt.client as paho
 
 from router.config.schema import FleetConfig
 from router.errors import TelemetryError
-from router.telemetry.connection import Backoff, BrokerTarget, make_client
+from router.telemetry.connection import (
+    Backoff,
+    BrokerTarget,
+    make_client,
+    publish,
+    reraise_cancellation,
+)
 from router.telemetry.schema import GpuBatch, NodeStatus, PayloadError, encode
 from router.telemetry.topics import Topics, check_level
 
@@ -223,11 +229,12 @@ class NodeAgent:
                 self.stats.connected, self.stats.session = True, session
                 self.stats.connects += 1
                 self.backoff.reset()
-                await client.publish(status, online, qos=1, retain=True)
+                await publish(client, status, online, qos=1, retain=True)
                 await self._stream(client, session)
                 last = replace(birth, state="offline", ts=self.wall_clock())
-                await client.publish(status, encode(last), qos=1, retain=True, timeout=5.0)
+                await publish(client, status, encode(last), qos=1, retain=True, timeout=5.0)
         except aiomqtt.MqttError as exc:
+            reraise_cancellation()
             self._failed(str(exc) or type(exc).__name__)
         finally:
             self.stats.connected = False
@@ -261,7 +268,7 @@ class NodeAgent:
 
     async def _publish(self, client: aiomqtt.Client, topic: str, payload: bytes) -> None:
         try:
-            await client.publish(topic, payload, qos=0, timeout=self.period_s)
+            await publish(client, topic, payload, qos=0, timeout=self.period_s)
         except aiomqtt.MqttCodeError as exc:
             if exc.rc in _CONNECTION_GONE:
                 raise

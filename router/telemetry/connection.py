@@ -27,6 +27,8 @@ import aiomqtt
 from router.config.schema import BrokerConfig
 from router.errors import TelemetryError
 
+log = logging.getLogger(__name__)
+
 USERNAME_ENV = "GPUROUTER_BROKER_USERNAME"
 PASSWORD_ENV = "GPUROUTER_BROKER_PASSWORD"
 _DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
@@ -209,6 +211,62 @@ async def stay_connected(
                 await body(client)
                 return
         except aiomqtt.MqttError as exc:
+            reraise_cancellation()
             if on_change is not None:
                 on_change(False, str(exc) or type(exc).__name__)
         await sleep(backoff.next_delay())
+
+
+async def cancel_and_wait(task: asyncio.Task[None], *, recancel_after_s: float = 0.5) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling again if it carries on.
+
+    A single cancel is not enough for a task in aiomqtt: on Python 3.11, ``asyncio.wait_for``
+    (which aiomqtt awaits for every QoS 1 publish) returns the reply instead of raising when
+    the cancel lands just as the broker's acknowledgement arrives. The task then runs on, and
+    ``await task`` would wait forever. An exception the task ended with is raised here.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=recancel_after_s)
+        if not task.done():
+            log.warning("task %s ignored a cancel; cancelling it again", task.get_name())
+    if not task.cancelled():
+        task.result()
+
+
+async def publish(
+    client: aiomqtt.Client,
+    topic: str,
+    payload: bytes,
+    *,
+    qos: int,
+    retain: bool = False,
+    timeout: float | None = None,
+) -> None:
+    """``client.publish``, except that a cancel arriving with the broker's reply still cancels.
+
+    aiomqtt awaits every publish (QoS 0 included) through ``asyncio.wait_for``, which on
+    Python 3.11 can return normally when the cancel and the reply come together; a publishing
+    loop would then go round forever, and a TaskGroup waiting for it with it.
+    """
+    await client.publish(topic, payload, qos=qos, retain=retain, timeout=timeout)
+    reraise_cancellation()
+
+
+async def subscribe(client: aiomqtt.Client, topic: str, *, qos: int) -> None:
+    """``client.subscribe``, with the same care for a cancel as :func:`publish`."""
+    await client.subscribe(topic, qos=qos)
+    reraise_cancellation()
+
+
+def reraise_cancellation() -> None:
+    """Raise CancelledError if the running task was cancelled; call it in an MqttError handler.
+
+    On the way out of a cancelled task, aiomqtt's ``__aexit__`` waits for the broker to
+    confirm the disconnect and raises MqttError when it does not (a timeout, or an unclean
+    close). That error replaces the CancelledError, so a reconnect loop catching MqttError
+    would carry on, and whoever awaits the cancelled task would wait forever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -64,9 +64,12 @@ from router.errors import ControlError, TelemetryError
 from router.telemetry.connection import (
     Backoff,
     BrokerTarget,
+    cancel_and_wait,
     make_client,
+    publish,
     resolve_target,
     stay_connected,
+    subscribe,
 )
 from router.telemetry.topics import Topics, check_level
 
@@ -186,9 +189,7 @@ class ControlLink:
             self._unsubscribe()
             self._unsubscribe = None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self.connected = False
 
     def handle(self, topic: str, payload: object) -> Ack | None:
@@ -258,7 +259,7 @@ class ControlLink:
             log.warning("control link %s: %s", self.router_id, reason)
 
     async def _connected(self, client: aiomqtt.Client) -> None:
-        await client.subscribe(self.topics.all_desired, qos=1)
+        await subscribe(client, self.topics.all_desired, qos=1)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._publish_stats(client))
@@ -276,12 +277,12 @@ class ControlLink:
                 log.exception("control message on %s", message.topic.value)
                 continue
             if ack is not None:
-                await client.publish(acks, ack.encode(self.router_id), qos=1)
+                await publish(client, acks, ack.encode(self.router_id), qos=1)
 
     async def _publish_stats(self, client: aiomqtt.Client) -> None:
         topic = self.topics.router_stats(self.router_id)
         while True:
-            await client.publish(topic, self.stats_payload(), qos=0)
+            await publish(client, topic, self.stats_payload(), qos=0)
             await asyncio.sleep(self.stats_period_s)
 
     async def _publish_events(self, client: aiomqtt.Client) -> None:
@@ -292,7 +293,7 @@ class ControlLink:
             while self._events:
                 event = self._events.popleft()
                 body = {"v": CONTROL_VERSION, "router": self.router_id, **event.to_dict()}
-                await client.publish(topic, json.dumps(body, default=str).encode(), qos=1)
+                await publish(client, topic, json.dumps(body, default=str).encode(), qos=1)
 
 
 class ControlPublisher:
@@ -345,7 +346,7 @@ class ControlPublisher:
         payload = encode_desired(cmd, version, self.origin, self.wall_clock())
         try:
             topic = self.topics.desired(slot_of(cmd))
-            await self._client.publish(topic, payload, qos=1, retain=True)
+            await publish(self._client, topic, payload, qos=1, retain=True)
         except aiomqtt.MqttError as exc:
             raise TelemetryError(f"could not publish to {self.target.url}: {exc}") from None
         return version

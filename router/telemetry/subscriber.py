@@ -20,7 +20,6 @@ Per node it counts samples, gaps in ``seq`` within a session (lost samples) and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import deque
@@ -37,9 +36,11 @@ from router.replica import Replica, Telemetry
 from router.telemetry.connection import (
     Backoff,
     BrokerTarget,
+    cancel_and_wait,
     make_client,
     resolve_target,
     stay_connected,
+    subscribe,
 )
 from router.telemetry.schema import (
     GpuBatch,
@@ -147,9 +148,7 @@ class TelemetrySubscriber:
         """Disconnect and stop; the replicas keep their last telemetry (which goes stale)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._state, self._connected_at = BrokerState.CONNECTING, None
 
     async def _run(self) -> None:
@@ -174,8 +173,8 @@ class TelemetrySubscriber:
         self._connected_at = None
 
     async def _receive(self, client: aiomqtt.Client) -> None:
-        await client.subscribe(self.topics.all_status, qos=1)
-        await client.subscribe(self.topics.all_gpus, qos=0)
+        await subscribe(client, self.topics.all_status, qos=1)
+        await subscribe(client, self.topics.all_gpus, qos=0)
         async for message in client.messages:
             try:
                 self.handle(message.topic.value, message.payload)
