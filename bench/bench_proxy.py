@@ -1,7 +1,7 @@
 """What gpurouter's data plane adds to a request: direct vs through RouterServer vs nginx.
 
-    python bench/bench_proxy.py             # 2 rounds (about 2 minutes on 2 cores)
-    python bench/bench_proxy.py --quick     # 1 short round (about 40 s)
+    python bench/bench_proxy.py             # 2 rounds (about 1 minute on 2 cores)
+    python bench/bench_proxy.py --quick     # 1 short round (about 20 s)
     python bench/bench_proxy.py --json      # the figures as JSON
     python bench/bench_proxy.py --profile prof.out   # also cProfile the router process
 

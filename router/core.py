@@ -15,7 +15,7 @@ that request arrived (work stealing), and per-replica concurrency never exceeds 
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -23,13 +23,14 @@ from router.adaptive import BatchStreak, WeightInput, retune_batch, retune_weigh
 from router.admission_queue import AdmissionQueue
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
+from router.decision_log import EXPLAINED_PER_S, DecisionLog
 from router.errors import ControlError
 from router.pool import ReplicaPool
 from router.replica import Replica, ReplicaState
 from router.request import Priority, Request, estimate_cost
 from router.snapshot import FleetSnapshot, build_snapshot
 from router.stats import RateWindow, ReplicaStats
-from router.strategies import Explanation, Strategy, create_strategy
+from router.strategies import Strategy, create_strategy
 
 # How far down the queue a dispatch looks for a request some open replica can take; bounds
 # the cost of head-of-line requests that fit nowhere right now.
@@ -88,7 +89,10 @@ class RouterCore:
         *,
         clock: Clock = monotonic,
         rng: random.Random | None = None,
+        explained_per_s: float | None = EXPLAINED_PER_S,
     ) -> None:
+        """``explained_per_s``: the decision log's budget (router/decision_log.py); None
+        explains every decision."""
         self.fleet = fleet
         self.settings = fleet.router
         self.clock = clock
@@ -98,7 +102,8 @@ class RouterCore:
         self.stats = [ReplicaStats() for _ in self.pool]
         self.outcomes: Counter[Outcome] = Counter()
         self.arrivals = RateWindow()
-        self.decisions: deque[Explanation] = deque(maxlen=self.settings.decision_log_size)
+        self.decisions = DecisionLog(self.settings.decision_log_size, explained_per_s)
+        """The newest explained decisions, oldest first."""
         self.listeners: list[CoreListener] = []
         self._running: dict[str, Assignment] = {}
         self._streaks = [BatchStreak() for _ in self.pool]
@@ -283,8 +288,9 @@ class RouterCore:
 
     def _start(self, req: Request, r: Replica) -> None:
         now = self.clock()
-        if self.decisions.maxlen:
-            self.decisions.append(self.strategy.explain(req, now, r))
+        log = self.decisions
+        if log.maxlen and log.admit(now):
+            log.append(self.strategy.explain(req, now, r))
         self.queue.remove(req)
         req.attempts += 1
         a = Assignment(req, r, now)

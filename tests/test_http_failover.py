@@ -180,6 +180,23 @@ async def test_a_client_that_disconnects_cancels_its_upstream_request() -> None:
         assert server.core.outcomes == {Outcome.FAILED: 1}
 
 
+async def test_a_client_that_leaves_before_its_watcher_starts_is_noticed_when_it_does() -> None:
+    """A request gets a disconnect watcher only once it has run ``watch_after_s``; a client
+    that left sooner is noticed then, and its upstream request (hung here) is closed."""
+    async with routed(SPECS[:1], time_scale=10) as (server, emu):
+        server.proxy.watch_after_s = 0.3
+        await emu.hang("a")
+        async with httpx.AsyncClient(timeout=10) as client:
+            body = {"model": MODEL, "prompt": "x", "max_tokens": 5}
+            sent = asyncio.create_task(client.post(server.front_url + "/v1/completions", json=body))
+            await until(lambda: len(server.core.running) == 1)
+            sent.cancel()
+            await asyncio.gather(sent, return_exceptions=True)
+        await until(lambda: not server.core.running and not server.proxy.active)
+        await emu.heal("a")
+        assert server.core.outcomes == {Outcome.FAILED: 1}
+
+
 async def test_a_client_that_leaves_while_queued_is_taken_out_of_the_queue() -> None:
     async with routed(SPECS[:1], batch_size=1, time_scale=10) as (server, emu):
         await emu.hang("a")

@@ -16,7 +16,10 @@ attempt on a replica, the :class:`~router.core.Finished` ends the request. An at
 
 A preemption cancels the running attempt (the core re-queues or fails the request and says so
 on the ticket); a client that disconnects cancels the handler, which closes the upstream
-connection and ends the request in the core.
+connection and ends the request in the core. Noticing a disconnect takes a task that waits on
+the ASGI ``receive``; a request gets one only once it has run for ``watch_after_s`` (0.1 s),
+so the many requests that end sooner cost no task, and a client that leaves earlier is
+noticed when its watcher starts: its upstream request runs at most that much longer.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ log = logging.getLogger("gpurouter.http")
 
 REPLICA_HEADER = b"x-gpurouter-replica"
 SHUTTING_DOWN = "the router is shutting down"
+WATCH_AFTER_S = 0.1
+"""How long a request runs before a task watches its client for a disconnect."""
 
 _HEADERS = frozenset(
     (b"content-length", b"x-request-id", b"x-priority", b"x-session-id", b"authorization")
@@ -85,6 +90,8 @@ class Proxy:
         upstream: Upstream,
         health: HealthMonitor,
         metrics: RouterMetrics,
+        *,
+        watch_after_s: float = WATCH_AFTER_S,
     ) -> None:
         self.router = router
         self.core = core = router.core
@@ -100,6 +107,8 @@ class Proxy:
         self.bases = [r.config.endpoint.rstrip("/") for r in core.pool]
         self.active: set[asyncio.Task[None]] = set()
         """Handlers in progress, so that stopping can wait for them."""
+        self.watch_after_s = watch_after_s
+        """A request that runs this long gets a task watching for its client's disconnect."""
         self._prefix = os.urandom(4).hex()
         self._ids = itertools.count(1)
 
@@ -142,7 +151,7 @@ class Proxy:
         self.active.add(task)
         ticket = self.router.submit(request)
         ticket.attempt_cancelled = ex.on_attempt_cancelled
-        watcher = asyncio.create_task(ex.watch(receive))
+        timer = task.get_loop().call_later(self.watch_after_s, ex.start_watching, receive)
         try:
             await ex.run(ticket)
         except asyncio.CancelledError:
@@ -158,7 +167,9 @@ class Proxy:
             await ex.abort(HttpError(500, "internal router error", "server_error"))
         finally:
             ex.done = True
-            watcher.cancel()
+            timer.cancel()
+            if ex.watcher is not None:
+                ex.watcher.cancel()
             self.router.forget(core_id)
             self.active.discard(task)
 
@@ -188,6 +199,7 @@ class Exchange:
         "started",
         "task",
         "up_headers",
+        "watcher",
     )
 
     def __init__(
@@ -215,6 +227,7 @@ class Exchange:
         self.preempted = False
         self.client_gone = False
         self.done = False
+        self.watcher: asyncio.Task[None] | None = None
 
     # ---- signals from outside the handler --------------------------------------------------
 
@@ -223,6 +236,11 @@ class Exchange:
         if self.attempt is a:
             self.preempted = True
             self.task.cancel()
+
+    def start_watching(self, receive: Receive) -> None:
+        """The request has run a while: from now on, a disconnect cancels the handler."""
+        if not self.done:
+            self.watcher = self.task.get_loop().create_task(self.watch(receive))
 
     async def watch(self, receive: Receive) -> None:
         """Wait for the client to go away; then cancel the handler."""
