@@ -38,7 +38,7 @@ from console.backend import ConsoleBackend, GpuKey
 from console.screens.help import HelpScreen
 from console.widgets.fleet_table import FleetTable
 from router.clock import ManualClock
-from router.config.schema import FleetConfig, GpuConfig, NodeConfig, ReplicaConfig
+from router.config.schema import FleetConfig, GpuConfig, NodeConfig, ReplicaConfig, RouterConfig
 from router.control import ControlSurface
 from router.core import RouterCore
 from router.replica import Telemetry
@@ -69,7 +69,10 @@ def big_fleet(nodes: int = 64, per_node: int = 8) -> FleetConfig:
             for i in range(per_node)
         )
         out.append(NodeConfig(name, gpus, reps))
-    return FleetConfig(nodes=tuple(out), cluster="bench-512")
+    # No decision explanations: their cost is the router's, not the console's.
+    return FleetConfig(
+        nodes=tuple(out), cluster="bench-512", router=RouterConfig(decision_log_size=0)
+    )
 
 
 class Updater:
@@ -79,7 +82,6 @@ class Updater:
         self.fleet = fleet
         self.clock = ManualClock(0.0)
         self.core = RouterCore(fleet, clock=self.clock, rng=random.Random(seed))
-        self.core.decisions = type(self.core.decisions)(maxlen=0)  # explanations: router cost
         self.control = ControlSurface(self.core, wall_clock=lambda: 1_700_000_000.0)
         self.rng = random.Random(seed)
         self.samples: dict[GpuKey, GpuSample] = {}

@@ -306,7 +306,7 @@ async def test_refresh_redraws_only_changed_cells() -> None:
         await pilot.pause()
         # r3's run/batch cell and its utilization (the router's estimate: in flight / batch).
         assert table.cell_updates - before == 2
-        assert "/9*" in str(table.get_cell("4", "load"))
+        assert "/9*" in str(table.get_cell("node-0/3", "load"))
 
 
 async def test_detail_view_shows_decisions_and_history() -> None:
