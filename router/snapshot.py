@@ -6,10 +6,10 @@ Readers never touch live router objects: they get plain frozen data, built in on
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from router.imbalance import Band, band, imbalance_factor
+from router.imbalance import Band, band, fair_share_loads, imbalance_factor
 from router.replica import Replica, ReplicaState
 from router.stats import ReplicaStats, percentile
 
@@ -55,6 +55,10 @@ class ReplicaSnapshot:
     """The engine's KV-cache usage, 0..1, from its /metrics."""
     engine_age_s: float | None = None
     """Age of the engine's /metrics reading (None: never read)."""
+    load: float = 0.0
+    """In flight over the replica's fair share of the fleet's concurrency (router/imbalance.py):
+    1.0 is its weight's share of the active replicas' batch sizes. What the imbalance factor
+    compares; an inactive replica's is in flight over its own batch size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +106,11 @@ class FleetSnapshot:
 def build_snapshot(core: RouterCore) -> FleetSnapshot:
     now = core.clock()
     stale_after = 3 * core.fleet.broker.sample_period_s
-    replicas = tuple(_replica(r, core.stats[r.index], now, stale_after) for r in core.pool)
+    replicas = _with_loads(
+        tuple(_replica(r, core.stats[r.index], now, stale_after) for r in core.pool)
+    )
     active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
-    factor = imbalance_factor(s.utilization for s in active)
+    factor = imbalance_factor(s.load for s in active)
     throughput = sum(s.throughput_rps for s in replicas)
     return FleetSnapshot(
         time=now,
@@ -124,6 +130,20 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
         band=band(factor),
         outcomes={str(k): v for k, v in core.outcomes.items()},
         in_flight=len(core.running),
+    )
+
+
+def _with_loads(replicas: tuple[ReplicaSnapshot, ...]) -> tuple[ReplicaSnapshot, ...]:
+    active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
+    loads = fair_share_loads(
+        [s.in_flight for s in active],
+        [s.batch_size for s in active],
+        [s.static_weight for s in active],
+    )
+    by_id = {s.id: load for s, load in zip(active, loads, strict=True)}
+    return tuple(
+        replace(s, load=by_id.get(s.id, s.in_flight / s.batch_size if s.batch_size else 0.0))
+        for s in replicas
     )
 
 
@@ -187,7 +207,7 @@ def _by_gpu_model(
                 throughput_rps=rps,
                 throughput_share=rps / total_throughput if total_throughput > 0 else 0.0,
                 capacity_share=sum(s.static_weight for s in members) / total_weight,
-                imbalance_factor=imbalance_factor(s.utilization for s in active),
+                imbalance_factor=imbalance_factor(s.load for s in active),
             )
         )
     return tuple(out)

@@ -50,6 +50,7 @@ def snapshot_line(
                 "utilization_from_telemetry": r.utilization_from_telemetry,
                 "telemetry_age_s": _r(r.telemetry_age_s, 2),
                 "in_flight": r.in_flight,
+                "load": _r(r.load),
                 "throughput_rps": _r(r.throughput_rps, 2),
             }
             for r in snap.replicas
@@ -84,20 +85,22 @@ class RunTally:
     throughput: list[float] = field(default_factory=list)
     imbalance: list[tuple[str, float]] = field(default_factory=list)
     """(strategy, imbalance factor) of each second."""
+    throughput_by_strategy: list[tuple[str, float]] = field(default_factory=list)
+    """(strategy, throughput) of each second."""
     switches: list[StrategySwitch] = field(default_factory=list)
 
     def add(self, line: dict[str, Any]) -> None:
+        strategy = str(line["strategy"])
         self.throughput.append(float(line["throughput_rps"]))
-        self.imbalance.append((str(line["strategy"]), float(line["imbalance_factor"])))
+        self.imbalance.append((strategy, float(line["imbalance_factor"])))
+        self.throughput_by_strategy.append((strategy, float(line["throughput_rps"])))
 
     def summary(
         self, duration_s: float, outcomes: dict[str, int], client: Counter[str]
     ) -> dict[str, Any]:
         """``outcomes``: the router's endings; ``client``: the load generator's (``error`` is
         a request that got no HTTP answer at all: lost)."""
-        by_strategy: dict[str, list[float]] = {}
-        for name, factor in self.imbalance:
-            by_strategy.setdefault(name, []).append(factor)
+        by_strategy = _means_by_strategy(self.imbalance)
         factors = [f for _, f in self.imbalance]
         return {
             "summary": {
@@ -106,10 +109,13 @@ class RunTally:
                 "client": dict(client),
                 "lost": client.get("error", 0),
                 "mean_throughput_rps": _r(fmean(self.throughput), 2) if self.throughput else 0.0,
+                "throughput_rps_by_strategy": {
+                    k: _r(v, 2) for k, v in _means_by_strategy(self.throughput_by_strategy).items()
+                },
                 "imbalance": {
                     "mean": _r(fmean(factors)) if factors else None,
                     "max": _r(max(factors)) if factors else None,
-                    "by_strategy": {k: _r(fmean(v)) for k, v in by_strategy.items()},
+                    "by_strategy": {k: _r(v) for k, v in by_strategy.items()},
                 },
                 "strategy_switches": [
                     {"t": round(s.t, 1), "strategy": s.strategy, "actor": s.actor}
@@ -117,3 +123,10 @@ class RunTally:
                 ],
             }
         }
+
+
+def _means_by_strategy(samples: list[tuple[str, float]]) -> dict[str, float]:
+    groups: dict[str, list[float]] = {}
+    for name, value in samples:
+        groups.setdefault(name, []).append(value)
+    return {k: fmean(v) for k, v in groups.items()}
