@@ -6,7 +6,8 @@ Readers never touch live router objects: they get plain frozen data, built in on
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from router.imbalance import Band, band, fair_share_loads, imbalance_factor
@@ -106,8 +107,12 @@ class FleetSnapshot:
 def build_snapshot(core: RouterCore) -> FleetSnapshot:
     now = core.clock()
     stale_after = 3 * core.fleet.broker.sample_period_s
-    replicas = _with_loads(
-        tuple(_replica(r, core.stats[r.index], now, stale_after) for r in core.pool)
+    active_replicas = [r for r in core.pool if r.state is ReplicaState.ACTIVE]
+    loads = dict(
+        zip([r.index for r in active_replicas], active_loads(active_replicas), strict=True)
+    )
+    replicas = tuple(
+        _replica(r, core.stats[r.index], now, stale_after, loads.get(r.index)) for r in core.pool
     )
     active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
     factor = imbalance_factor(s.load for s in active)
@@ -133,21 +138,19 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
     )
 
 
-def _with_loads(replicas: tuple[ReplicaSnapshot, ...]) -> tuple[ReplicaSnapshot, ...]:
-    active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
-    loads = fair_share_loads(
-        [s.in_flight for s in active],
-        [s.batch_size for s in active],
-        [s.static_weight for s in active],
-    )
-    by_id = {s.id: load for s, load in zip(active, loads, strict=True)}
-    return tuple(
-        replace(s, load=by_id.get(s.id, s.in_flight / s.batch_size if s.batch_size else 0.0))
-        for s in replicas
+def active_loads(active: Sequence[Replica]) -> list[float]:
+    """The load of each of the fleet's active replicas (router/imbalance.py), in order."""
+    return fair_share_loads(
+        [r.in_flight for r in active],
+        [r.batch_size for r in active],
+        [r.config.weight for r in active],
     )
 
 
-def _replica(r: Replica, stats: ReplicaStats, now: float, stale_after: float) -> ReplicaSnapshot:
+def _replica(
+    r: Replica, stats: ReplicaStats, now: float, stale_after: float, load: float | None
+) -> ReplicaSnapshot:
+    """``load``: the replica's among the active ones; None for an inactive replica."""
     util, fresh = r.utilization(now, stale_after)
     age = None if r.telemetry is None else now - r.telemetry.received_at
     ttft, e2e = stats.ttft.values(), stats.e2e.values()
@@ -184,6 +187,7 @@ def _replica(r: Replica, stats: ReplicaStats, now: float, stale_after: float) ->
         engine_running=None if engine is None else engine.running,
         kv_usage=None if engine is None else engine.kv_usage,
         engine_age_s=None if engine is None else now - engine.received_at,
+        load=load if load is not None else r.in_flight / r.batch_size,
     )
 
 

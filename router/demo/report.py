@@ -85,15 +85,11 @@ class RunTally:
     throughput: list[float] = field(default_factory=list)
     imbalance: list[tuple[str, float]] = field(default_factory=list)
     """(strategy, imbalance factor) of each second."""
-    throughput_by_strategy: list[tuple[str, float]] = field(default_factory=list)
-    """(strategy, throughput) of each second."""
     switches: list[StrategySwitch] = field(default_factory=list)
 
     def add(self, line: dict[str, Any]) -> None:
-        strategy = str(line["strategy"])
         self.throughput.append(float(line["throughput_rps"]))
-        self.imbalance.append((strategy, float(line["imbalance_factor"])))
-        self.throughput_by_strategy.append((strategy, float(line["throughput_rps"])))
+        self.imbalance.append((str(line["strategy"]), float(line["imbalance_factor"])))
 
     def summary(
         self, duration_s: float, outcomes: dict[str, int], client: Counter[str]
@@ -101,6 +97,9 @@ class RunTally:
         """``outcomes``: the router's endings; ``client``: the load generator's (``error`` is
         a request that got no HTTP answer at all: lost)."""
         by_strategy = _means_by_strategy(self.imbalance)
+        throughput_by_strategy = _means_by_strategy(
+            [(name, rps) for (name, _), rps in zip(self.imbalance, self.throughput, strict=True)]
+        )
         factors = [f for _, f in self.imbalance]
         return {
             "summary": {
@@ -110,7 +109,7 @@ class RunTally:
                 "lost": client.get("error", 0),
                 "mean_throughput_rps": _r(fmean(self.throughput), 2) if self.throughput else 0.0,
                 "throughput_rps_by_strategy": {
-                    k: _r(v, 2) for k, v in _means_by_strategy(self.throughput_by_strategy).items()
+                    k: _r(v, 2) for k, v in throughput_by_strategy.items()
                 },
                 "imbalance": {
                     "mean": _r(fmean(factors)) if factors else None,

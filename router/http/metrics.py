@@ -37,8 +37,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
-from router.imbalance import fair_share_loads, imbalance_factor
+from router.imbalance import imbalance_factor
 from router.replica import ReplicaState
+from router.snapshot import active_loads
 
 __all__ = ["CONTENT_TYPE", "RouterMetrics"]
 
@@ -123,15 +124,10 @@ class _CoreCollector(Collector):
             "gpurouter_in_flight", "Requests running on replicas.", len(core.running)
         )
         active = [r for r in core.pool if r.state is ReplicaState.ACTIVE]
-        loads = fair_share_loads(
-            [r.in_flight for r in active],
-            [r.batch_size for r in active],
-            [r.config.weight for r in active],
-        )
         yield GaugeMetricFamily(
             "gpurouter_imbalance_factor",
             "Max over min load (in flight over fair share) of the active replicas (1.0 idle).",
-            imbalance_factor(loads),
+            imbalance_factor(active_loads(active)),
         )
         info = InfoMetricFamily("gpurouter_strategy", "The routing strategy in use.")
         info.add_metric([], {"strategy": core.strategy.name})

@@ -221,9 +221,9 @@ async def cancel_and_wait(task: asyncio.Task[None], *, recancel_after_s: float =
     """Cancel ``task`` and wait until it has ended, cancelling again if it carries on.
 
     A single cancel is not enough for a task in aiomqtt: on Python 3.11, ``asyncio.wait_for``
-    (which aiomqtt awaits for every QoS 1 publish) returns the reply instead of raising when
-    the cancel lands just as the broker's acknowledgement arrives. The task then runs on, and
-    ``await task`` would wait forever. An exception the task ended with is raised here.
+    (which aiomqtt awaits for every publish and subscribe) returns the reply instead of
+    raising when the cancel lands just as the broker's answer arrives. The task then runs on,
+    and ``await task`` would wait forever. An exception the task ended with is raised here.
     """
     while not task.done():
         task.cancel()
@@ -260,12 +260,14 @@ async def subscribe(client: aiomqtt.Client, topic: str, *, qos: int) -> None:
 
 
 def reraise_cancellation() -> None:
-    """Raise CancelledError if the running task was cancelled; call it in an MqttError handler.
+    """Raise CancelledError if a cancel of the running task is outstanding.
 
-    On the way out of a cancelled task, aiomqtt's ``__aexit__`` waits for the broker to
-    confirm the disconnect and raises MqttError when it does not (a timeout, or an unclean
-    close). That error replaces the CancelledError, so a reconnect loop catching MqttError
-    would carry on, and whoever awaits the cancelled task would wait forever.
+    Two places need it: after an aiomqtt call that may have swallowed the cancel (see
+    :func:`publish`), and in an MqttError handler. On the way out of a cancelled task,
+    aiomqtt's ``__aexit__`` waits for the broker to confirm the disconnect and raises
+    MqttError when it does not (a timeout, or an unclean close). That error replaces the
+    CancelledError, so a reconnect loop catching MqttError would carry on, and whoever awaits
+    the cancelled task would wait forever.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():
