@@ -102,6 +102,9 @@ class ShotResult:
     latency_s: float | None = None
     """Time from sending to the end of the answer."""
     status: int | None = None
+    error: str | None = None
+    """For an ``error``: the exception's type and message, to tell a refused connection
+    from a reset or a timeout."""
 
 
 @dataclass(slots=True)
@@ -226,8 +229,8 @@ class LoadGenerator:
                 status = resp.status
             outcome = _outcome(status, failed)
             done(ShotResult(shot, outcome, sent - start, first, self.clock() - sent, status))
-        except (aiohttp.ClientError, TimeoutError):
-            done(ShotResult(shot, "error", sent - start, first))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            done(ShotResult(shot, "error", sent - start, first, error=_describe(exc)))
 
 
 async def _read(resp: aiohttp.ClientResponse) -> bool:
@@ -241,6 +244,11 @@ async def _read(resp: aiohttp.ClientResponse) -> bool:
             with contextlib.suppress(orjson.JSONDecodeError):
                 failed = failed or "error" in orjson.loads(line[5:])
     return failed
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _outcome(status: int, stream_failed: bool) -> str:

@@ -74,8 +74,10 @@ def test_the_summary_counts_lost_requests_and_imbalance_per_strategy() -> None:
         tally.add({"strategy": strategy, "imbalance_factor": factor, "throughput_rps": 10.0})
     tally.switches.append(StrategySwitch(2.0, "wlc", "ctl:me"))
     client = Counter({"completed": 40, "error": 2, "cut_off": 3})
-    summary = tally.summary(3.0, {"completed": 40, "failed": 3}, client)["summary"]
+    errors = Counter({"ServerDisconnectedError: Server disconnected": 2})
+    summary = tally.summary(3.0, {"completed": 40, "failed": 3}, client, errors)["summary"]
     assert summary["lost"] == 2
+    assert summary["lost_by_error"] == {"ServerDisconnectedError: Server disconnected": 2}
     assert summary["mean_throughput_rps"] == 10.0
     assert summary["imbalance"] == {
         "mean": 1.567,

@@ -103,3 +103,7 @@ async def test_a_front_door_that_is_not_there_is_an_error() -> None:
         [Shot(0.0, 10, 1)], max_requests=1, max_duration_s=5, drain_s=1
     )
     assert report.counts == Counter({"error": 1})
+    # What it died of is kept, to tell a refused connection from a reset or a timeout.
+    (result,) = report.results
+    assert result.error is not None
+    assert result.error.startswith("ClientConnectorError: ")

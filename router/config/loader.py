@@ -210,6 +210,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (ServerConfig, "shutdown_grace_s"): _at_least(0),
     (ServerConfig, "upstream_connections"): _at_least(1),
     (ServerConfig, "keepalive_s"): _above(0),
+    (ServerConfig, "client_keepalive_s"): _at_least(1),
     (ConsoleConfig, "theme"): _name,
     (ConsoleConfig, "refresh_s"): _above(0),
 }

@@ -233,8 +233,14 @@ class ServerConfig:
     """On SIGTERM, how long in-flight requests may take to finish before the router exits."""
     upstream_connections: int | None = None
     """Most open connections to all replicas together; by default the sum of batch sizes."""
-    keepalive_s: float = 60.0
-    """How long an idle upstream connection is kept for reuse."""
+    keepalive_s: float = 4.0
+    """How long an idle upstream connection is kept for reuse. Shorter than the replicas'
+    own idle timeout (vLLM and SGLang serve with uvicorn, which closes after 5 s): a
+    connection the replica is closing at the moment of reuse fails the request."""
+    client_keepalive_s: int = 75
+    """How long the front door keeps an idle client connection open. Longer than clients'
+    own pools keep one (aiohttp 15 s, httpx 5 s), so that a client never sends a request
+    on a connection the router is closing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,10 +92,14 @@ class RunTally:
         self.imbalance.append((str(line["strategy"]), float(line["imbalance_factor"])))
 
     def summary(
-        self, duration_s: float, outcomes: dict[str, int], client: Counter[str]
+        self,
+        duration_s: float,
+        outcomes: dict[str, int],
+        client: Counter[str],
+        errors: Counter[str] | None = None,
     ) -> dict[str, Any]:
         """``outcomes``: the router's endings; ``client``: the load generator's (``error`` is
-        a request that got no HTTP answer at all: lost)."""
+        a request that got no HTTP answer at all: lost); ``errors``: what those died of."""
         by_strategy = _means_by_strategy(self.imbalance)
         throughput_by_strategy = _means_by_strategy(
             [(name, rps) for (name, _), rps in zip(self.imbalance, self.throughput, strict=True)]
@@ -107,6 +111,7 @@ class RunTally:
                 "outcomes": dict(outcomes),
                 "client": dict(client),
                 "lost": client.get("error", 0),
+                "lost_by_error": dict(errors or {}),
                 "mean_throughput_rps": _r(fmean(self.throughput), 2) if self.throughput else 0.0,
                 "throughput_rps_by_strategy": {
                     k: _r(v, 2) for k, v in throughput_by_strategy.items()

@@ -94,6 +94,8 @@ class Demo:
         """The fleet's physical limit on the demo's mix, requests per emulated second."""
         self.client: Counter[str] = Counter()
         """How the load generator's requests ended so far."""
+        self.client_errors: Counter[str] = Counter()
+        """What each request without an HTTP answer died of."""
         self.tally = RunTally()
         self._phases: list[RatePhase] = []
         self._load_task: asyncio.Task[Any] | None = None
@@ -142,7 +144,9 @@ class Demo:
 
     def summary(self) -> dict[str, Any]:
         outcomes = {} if self.server is None else dict(self.server.core.snapshot().outcomes)
-        return self.tally.summary(time.monotonic() - self._t0, outcomes, self.client)
+        return self.tally.summary(
+            time.monotonic() - self._t0, outcomes, self.client, self.client_errors
+        )
 
     def _server(self) -> RouterServer:
         if self.server is None:
@@ -248,6 +252,8 @@ class Demo:
 
     def _on_result(self, result: ShotResult) -> None:
         self.client[result.outcome] += 1
+        if result.error is not None:
+            self.client_errors[result.error] += 1
 
     def _on_event(self, event: Event) -> None:
         if event.kind == "strategy" and event.ok:

@@ -113,7 +113,7 @@ class RouterServer:
             await self.engine_metrics.start()
             apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
             for app, sock in zip(apps, sockets, strict=True):
-                server = _EmbeddedUvicorn(_config(app))
+                server = _EmbeddedUvicorn(_config(app, self.fleet.server.client_keepalive_s))
                 self._servers.append(server)
                 self._tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
                 await server.wait_started(self._tasks[-1])
@@ -222,9 +222,12 @@ class _EmbeddedUvicorn(uvicorn.Server):
             await server.wait_closed()
 
 
-def _config(app: FrontDoor | AdminApi) -> uvicorn.Config:
+def _config(app: FrontDoor | AdminApi, keepalive_s: int) -> uvicorn.Config:
     return uvicorn.Config(
         app,
+        # uvicorn's own default (5 s) is shorter than aiohttp's client pool keeps an idle
+        # connection (15 s): a request sent as the server closed it got no answer at all.
+        timeout_keep_alive=keepalive_s,
         http="httptools",
         ws="none",
         lifespan="off",
