@@ -59,6 +59,9 @@ from router.snapshot import FleetSnapshot
 from router.telemetry.status import TelemetryStatus
 from themes import CSS_PATHS, DEFAULT, THEMES
 
+_HELP = "help"
+"""The installed help screen's name."""
+
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 WIDE_AT = 200
 """Columns from which the summary and events move to a side column."""
@@ -299,7 +302,13 @@ class ConsoleApp(App[None]):
             self._confirm_then_apply(action_id, replica, commands[action_id])
 
     def _help(self) -> None:
-        self.push_screen(HelpScreen(self.keys, self.styles_now, read_only=self.read_only))
+        # Built once and kept: composing and styling a new screen on each press was most of
+        # the time from ``?`` to the help on screen.
+        if not self.is_screen_installed(_HELP):
+            self.install_screen(
+                HelpScreen(self.keys, self.styles_now, read_only=self.read_only), _HELP
+            )
+        self.push_screen(_HELP)
 
     def _pick_strategy(self) -> None:
         current = self.backend.core.strategy.name
@@ -419,6 +428,8 @@ class ConsoleApp(App[None]):
 
     def _on_theme_changed(self, theme: Any) -> None:
         self.styles_now = styles_for(theme)
+        if self.is_screen_installed(_HELP) and self.get_screen(_HELP) not in self.screen_stack:
+            self.uninstall_screen(_HELP)  # drawn in the old theme's tones: built anew
         self._apply_theme_class(theme.name)
         self._draw(force=True)
 

@@ -231,6 +231,30 @@ async def test_read_only_refuses_keys_palette_and_direct_calls() -> None:
         assert app.screen.read_only
 
 
+async def test_the_help_screen_is_built_once_and_again_after_a_theme_change() -> None:
+    rig = loaded_rig()
+    app = app_for(rig, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        first = app.screen
+        assert isinstance(first, HelpScreen)
+        await pilot.press("escape", "question_mark")
+        await pilot.pause()
+        assert app.screen is first  # kept, not composed again
+        await pilot.press("escape")
+        app.set_theme("light")
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        again = app.screen
+        assert isinstance(again, HelpScreen)
+        assert again is not first
+        # Drawn with the new theme's tones (refused actions are in its dim tone).
+        assert again.tones is app.styles_now
+        assert first.tones is not app.styles_now
+
+
 async def test_acting_on_stale_data_warns_first() -> None:
     rig = loaded_rig()
     rig.backend.telemetry = lambda: telemetry_for(rig, stale=frozenset({"node-0"}))

@@ -15,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
+from textual.widgets import DataTable
 
 from console.app import ConsoleApp
 from console.backend import ConsoleBackend, GpuKey
@@ -253,3 +254,40 @@ def test_cell_draws_as_the_equivalent_rich_text(plain: str, tone: Tone) -> None:
         ]
 
     assert drawn(CellText(plain, styles[tone])) == drawn(to_text([(plain, tone)], styles))
+
+
+def _simplified(lines: list[list[Segment]]) -> list[list[tuple[str, Style | None]]]:
+    return [[(s.text, s.style) for s in Segment.simplify(line) if s.text] for line in lines]
+
+
+async def test_cells_draw_as_the_data_table_itself_draws_them() -> None:
+    """The table's own cell drawing gives DataTable's segments, styles and mouse metadata
+    included, under the cursor and the hover, in columns wide and narrow, in two themes."""
+    app, _ = console()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        table.update_cell("node-b/0", "replica", CellText("節点-b-very-long-name", Style()))
+        for theme in ("dark", "light"):
+            app.set_theme(theme)
+            await pilot.pause()
+            base = table.get_component_styles("datatable--odd-row").rich_style
+            for row in range(table.row_count):
+                for column in range(len(table.columns)):
+                    for width in (1, 2, 3, 6, 14):
+                        for cursor, hover in ((False, False), (True, False), (False, True)):
+                            args = (row, column, base, width, cursor, hover)
+                            ours = table._render_cell(*args)
+                            table._cell_render_cache.clear()  # its key leaves out the width
+                            theirs = DataTable._render_cell(table, *args)
+                            assert _simplified(ours) == _simplified(theirs), args
+
+
+async def test_a_click_on_a_row_selects_its_replica() -> None:
+    app, _ = console()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        line = GROUPED.index("node-b/1")
+        top = table.styles.gutter.top  # its border
+        await pilot.click(FleetTable, offset=(3, top + table.header_height + line))
+        await pilot.pause()
+        assert table.selected_replica() == "b1"

@@ -7,8 +7,12 @@ the sort stops grouping by node) are removed and rows that come back are added. 
 order differs from the one shown, DataTable's own ``sort`` moves the rows without rewriting a
 cell: re-sorting 512 GPUs is one sort, not thousands of cell writes. The cursor follows the
 selected GPU (not the line), so a row moving under a live sort never turns a keypress onto
-another replica. Cells are :class:`CellText`, which draws like the equivalent rich ``Text``
-at about two thirds of its cost: a repaint of the visible rows is most of what a sort costs.
+another replica. Cells are :class:`CellText`, one line of one style, and the table draws
+them straight into segments, as DataTable would through rich (``Styled(Padding(Text))``) at
+a fraction of the cost: a repaint of the visible rows is most of what a sort costs. A refresh
+writes changed cells into the table's data and invalidates its caches once, where
+``update_cell`` would for each cell. Both lean on DataTable internals of Textual 8 (pinned
+to that major in pyproject.toml); the snapshot tests catch a drawing that differs.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from console.view.fleet import COLUMNS, TableRow
 from console.view.format import Cell
 from console.widgets.tones import Styles
 
 _FIRST = COLUMNS[0].id
+_COLUMN_KEYS = tuple(ColumnKey(c.id) for c in COLUMNS)
 
 
 class CellText:
@@ -78,6 +83,8 @@ class FleetTable(DataTable[object]):
         self.rows_shown: list[TableRow] = []
         self.selected_key: str | None = None
         self.cell_updates = 0
+        self._written = False
+        """Cells were written since the table was last invalidated."""
         """Cells written since start: what the difference saves is measured from this."""
 
     def on_mount(self) -> None:
@@ -101,6 +108,12 @@ class FleetTable(DataTable[object]):
                 added = True
             elif drawn.cells != row.cells or force:
                 self._update(row, drawn, styles, force)
+        if self._written:
+            self._written = False
+            # One invalidation for the whole refresh: update_cell does one per cell (a cache
+            # generation and a dirty region each), which was most of a refresh at 512 GPUs.
+            self._update_count += 1
+            self.refresh()
         if added:
             # Every column has a fixed width and every row one line, so the measuring of new
             # rows' cells that DataTable does when idle (for auto widths and heights) would
@@ -129,12 +142,16 @@ class FleetTable(DataTable[object]):
         self.cell_updates += len(texts)
 
     def _update(self, row: TableRow, drawn: _Drawn, styles: Styles, force: bool) -> None:
+        """Write the row's changed cells where ``update_cell`` would (Textual 8's ``_data``),
+        without its per-cell invalidation: ``show`` invalidates once when all are written."""
+        data = self._data[RowKey(row.key)]
         for cid, (before, after) in enumerate(zip(drawn.cells, row.cells, strict=True)):
             if before != after or force:
                 text = _cell(after, styles)
-                self.update_cell(row.key, COLUMNS[cid].id, text)
+                data[_COLUMN_KEYS[cid]] = text
                 drawn.texts[cid] = text
                 self.cell_updates += 1
+                self._written = True
         drawn.cells = row.cells
 
     def _remove_rows(self, keys: list[str]) -> None:
@@ -160,6 +177,52 @@ class FleetTable(DataTable[object]):
         rank = {id(self._drawn[key].texts[0]): i for i, key in enumerate(order)}
         self.sort(_FIRST, key=lambda first: rank[id(first)])
         self._drawn = {key: self._drawn[key] for key in order}
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        """A body cell's one line, as DataTable (Textual 8) draws it through rich's
+        ``Styled(Padding(cell))``, built directly: that pipeline was most of a repaint."""
+        pad = self.cell_padding
+        if row_index < 0 or column_index < 0 or width <= 2 * pad:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        cell = None
+        if row_key is not None and column_key is not None and self.rows[row_key].height == 1:
+            cell = self._data[row_key].get(column_key)
+        if not isinstance(cell, CellText):
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        component, post = self._get_styles_to_render_cell(
+            False,
+            False,
+            row_index < self.fixed_rows or column_index < self.fixed_columns,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component
+        blank = pre + post
+        inner = width - 2 * pad
+        text = cell.plain
+        if cell_len(text) > inner:
+            text = set_cell_size(text, inner - 1) + "…"
+        line = [Segment(" " * pad, blank)]
+        if text:
+            line.append(Segment(text, pre + cell.style + post))
+        if (fill := inner - cell_len(text)) > 0:
+            line.append(Segment(" " * fill, blank))
+        line.append(Segment(" " * pad, blank))
+        return [line]
 
     def _follow(self, key: str | None) -> None:
         if key is None:
