@@ -26,7 +26,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import ColumnKey, Row, RowKey
 
 from console.view.fleet import COLUMNS, TableRow
 from console.view.format import Cell
@@ -100,25 +100,21 @@ class FleetTable(DataTable[object]):
         gone = [key for key in self._drawn if key not in wanted]
         if gone:
             self._remove_rows(gone)
-        added = False
+        new: list[TableRow] = []
         for row in rows:
             drawn = self._drawn.get(row.key)
             if drawn is None:
-                self._add(row, styles)
-                added = True
+                new.append(row)
             elif drawn.cells != row.cells or force:
                 self._update(row, drawn, styles, force)
+        if new:
+            self._add_rows(new, styles)
         if self._written:
             self._written = False
             # One invalidation for the whole refresh: update_cell does one per cell (a cache
             # generation and a dirty region each), which was most of a refresh at 512 GPUs.
             self._update_count += 1
             self.refresh()
-        if added:
-            # Every column has a fixed width and every row one line, so the measuring of new
-            # rows' cells that DataTable does when idle (for auto widths and heights) would
-            # change nothing; at 512 rows it costs more than the rest of a refresh.
-            self._new_rows.clear()
         # Removals kept the order of the rest and additions went to the bottom: the dict's
         # order is the order on screen.
         order = [row.key for row in rows]
@@ -127,19 +123,40 @@ class FleetTable(DataTable[object]):
         self.rows_shown = list(rows)
         self._follow(keep)
 
-    def _add(self, row: TableRow, styles: Styles) -> None:
+    def _add_rows(self, rows: list[TableRow], styles: Styles) -> None:
+        """Add many rows at the bottom at once.
+
+        What ``add_row`` does (Textual 8) for each row, except that the cursor is clamped,
+        the caches invalidated and the idle work asked for once, not once per row; and the
+        new rows are not queued for measuring: every column has a fixed width and every row
+        one line, so DataTable's measuring of new cells when idle would change nothing (at
+        512 rows it cost more than the rest of a refresh).
+        """
+        was_empty = self.row_count == 0
+        for row in rows:
+            texts = self._texts(row, styles)
+            key = RowKey(row.key)
+            self._row_locations[key] = self.row_count
+            self._data[key] = dict(zip(_COLUMN_KEYS, texts, strict=True))
+            self.rows[key] = Row(key, 1)
+            self._drawn[row.key] = _Drawn(row.cells, texts)
+            self.cell_updates += len(texts)
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate
+        if was_empty and self.show_cursor and self.cursor_type != "none":
+            self._highlight_cursor()
+        self._update_count += 1
+        self.check_idle()
+
+    def _texts(self, row: TableRow, styles: Styles) -> list[CellText]:
         parked = self._parked.pop(row.key, None)
         if parked is None:
-            texts = [_cell(c, styles) for c in row.cells]
-        else:
-            # Back from a filter or a sort: only its changed cells are drawn anew.
-            texts = [
-                text if before == after else _cell(after, styles)
-                for before, after, text in zip(parked.cells, row.cells, parked.texts, strict=True)
-            ]
-        self.add_row(*texts, key=row.key)
-        self._drawn[row.key] = _Drawn(row.cells, texts)
-        self.cell_updates += len(texts)
+            return [_cell(c, styles) for c in row.cells]
+        # Back from a filter or a sort: only its changed cells are drawn anew.
+        return [
+            text if before == after else _cell(after, styles)
+            for before, after, text in zip(parked.cells, row.cells, parked.texts, strict=True)
+        ]
 
     def _update(self, row: TableRow, drawn: _Drawn, styles: Styles, force: bool) -> None:
         """Write the row's changed cells where ``update_cell`` would (Textual 8's ``_data``),
