@@ -10,6 +10,7 @@ any other router event, as a :class:`~console.messages.RouterEventRecorded` mess
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -58,6 +59,15 @@ from router.errors import ConfigError, Problem
 from router.snapshot import FleetSnapshot
 from router.telemetry.status import TelemetryStatus
 from themes import CSS_PATHS, DEFAULT, THEMES
+
+GC_THRESHOLDS = (20_000, 20, 10)
+"""The garbage collector's thresholds while the console runs (Python's are 700, 10, 10).
+
+Textual makes cyclic garbage as it draws (strips, and the footer's keys, rebuilt on each
+focus change). Collected every 700 allocations, much of it was still alive and moved to the
+older generations, and at 512 GPUs the full passes that then freed it took 100-150 ms every
+few seconds, stalling keys and, in the same loop, the router. Collected less often, it dies
+young: bench_console.py measured one full pass in a run that had eleven."""
 
 _HELP = "help"
 """The installed help screen's name."""
@@ -118,6 +128,7 @@ class ConsoleApp(App[None]):
         self._cells: CellCache = {}
         self._timer: Timer | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        self._gc_before = gc.get_threshold()
         for t in THEMES.values():
             self.register_theme(t)
         self.theme = chosen
@@ -137,6 +148,8 @@ class ConsoleApp(App[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        self._gc_before = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)  # put back on unmount
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self._apply_theme_class(self.theme)
         self._unsubscribe = self.backend.control.subscribe(self._on_router_event)
@@ -151,6 +164,7 @@ class ConsoleApp(App[None]):
             self._timer = self.set_interval(self.refresh_s, self._tick, name="console-refresh")
 
     def on_unmount(self) -> None:
+        gc.set_threshold(*self._gc_before)
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None

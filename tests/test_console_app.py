@@ -6,11 +6,13 @@ with the console as actor, and show its result; a read-only console must refuse.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from console.app import ConsoleApp
+from console.app import GC_THRESHOLDS, ConsoleApp
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import ReplicaDetail
@@ -366,3 +368,11 @@ def test_unknown_theme_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match=r"console.theme: no theme 'neon'"):
         app_for(loaded_rig(), theme="neon")
+
+
+async def test_the_console_collects_garbage_young_and_puts_the_thresholds_back() -> None:
+    before = gc.get_threshold()
+    app = app_for(loaded_rig())
+    async with app.run_test(size=SIZE):
+        assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_threshold() == before

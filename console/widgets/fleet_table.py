@@ -114,6 +114,7 @@ class FleetTable(DataTable[object]):
             # One invalidation for the whole refresh: update_cell does one per cell (a cache
             # generation and a dirty region each), which was most of a refresh at 512 GPUs.
             self._update_count += 1
+            self._drop_dead_renders()
             self.refresh()
         # Removals kept the order of the rest and additions went to the bottom: the dict's
         # order is the order on screen.
@@ -192,8 +193,22 @@ class FleetTable(DataTable[object]):
         """Move the rows into ``order`` with DataTable's sort: no cell is rewritten."""
         # The sort is handed cell values only; each row's first-column cell is its own object.
         rank = {id(self._drawn[key].texts[0]): i for i, key in enumerate(order)}
-        self.sort(_FIRST, key=lambda first: rank[id(first)])
+        self.sort(_FIRST, key=lambda first: rank[id(first)])  # a new cache generation
+        self._drop_dead_renders()
         self._drawn = {key: self._drawn[key] for key in order}
+
+    def _drop_dead_renders(self) -> None:
+        """Empty the render caches whose keys hold the cache generation, once it has moved on.
+
+        No entry in them can be hit again, but DataTable keeps up to a thousand rows of
+        segments and strips in each until they are pushed out; at one refresh a second that
+        is a hundred thousand objects for the garbage collector to walk, and its full passes
+        grew past 100 ms, stalling keys (and, in the console's process, the router).
+        """
+        self._row_render_cache.clear()
+        self._row_renderable_cache.clear()
+        self._cell_render_cache.clear()
+        self._line_cache.clear()
 
     def _render_cell(
         self,
