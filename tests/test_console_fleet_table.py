@@ -8,6 +8,7 @@ slots, so these tests read what the DataTable holds, line by line, not the widge
 
 from __future__ import annotations
 
+from itertools import product
 from typing import cast
 
 import pytest
@@ -271,15 +272,18 @@ async def test_cells_draw_as_the_data_table_itself_draws_them() -> None:
             app.set_theme(theme)
             await pilot.pause()
             base = table.get_component_styles("datatable--odd-row").rich_style
-            for row in range(table.row_count):
-                for column in range(len(table.columns)):
-                    for width in (1, 2, 3, 6, 14):
-                        for cursor, hover in ((False, False), (True, False), (False, True)):
-                            args = (row, column, base, width, cursor, hover)
-                            ours = table._render_cell(*args)
-                            table._cell_render_cache.clear()  # its key leaves out the width
-                            theirs = DataTable._render_cell(table, *args)
-                            assert _simplified(ours) == _simplified(theirs), args
+            cells = product(
+                range(table.row_count),
+                range(len(table.columns)),
+                (1, 2, 3, 6, 14),
+                ((False, False), (True, False), (False, True)),
+            )
+            for row, column, width, (cursor, hover) in cells:
+                args = (row, column, base, width, cursor, hover)
+                ours = table._render_cell(*args)
+                table._cell_render_cache.clear()  # its key leaves out the width
+                theirs = DataTable._render_cell(table, *args)
+                assert _simplified(ours) == _simplified(theirs), args
 
 
 async def test_a_click_on_a_row_selects_its_replica() -> None:

@@ -83,8 +83,6 @@ class FleetTable(DataTable[object]):
         self.rows_shown: list[TableRow] = []
         self.selected_key: str | None = None
         self.cell_updates = 0
-        self._written = False
-        """Cells were written since the table was last invalidated."""
         """Cells written since start: what the difference saves is measured from this."""
 
     def on_mount(self) -> None:
@@ -101,20 +99,19 @@ class FleetTable(DataTable[object]):
         if gone:
             self._remove_rows(gone)
         new: list[TableRow] = []
+        written = False
         for row in rows:
             drawn = self._drawn.get(row.key)
             if drawn is None:
                 new.append(row)
             elif drawn.cells != row.cells or force:
-                self._update(row, drawn, styles, force)
+                written = self._update(row, drawn, styles, force) or written
         if new:
             self._add_rows(new, styles)
-        if self._written:
-            self._written = False
+        if written:
             # One invalidation for the whole refresh: update_cell does one per cell (a cache
             # generation and a dirty region each), which was most of a refresh at 512 GPUs.
             self._update_count += 1
-            self._drop_dead_renders()
             self.refresh()
         # Removals kept the order of the rest and additions went to the bottom: the dict's
         # order is the order on screen.
@@ -159,18 +156,21 @@ class FleetTable(DataTable[object]):
             for before, after, text in zip(parked.cells, row.cells, parked.texts, strict=True)
         ]
 
-    def _update(self, row: TableRow, drawn: _Drawn, styles: Styles, force: bool) -> None:
+    def _update(self, row: TableRow, drawn: _Drawn, styles: Styles, force: bool) -> bool:
         """Write the row's changed cells where ``update_cell`` would (Textual 8's ``_data``),
-        without its per-cell invalidation: ``show`` invalidates once when all are written."""
+        without its per-cell invalidation: ``show`` invalidates once when all are written.
+        True when a cell was written."""
         data = self._data[RowKey(row.key)]
+        written = False
         for cid, (before, after) in enumerate(zip(drawn.cells, row.cells, strict=True)):
             if before != after or force:
                 text = _cell(after, styles)
                 data[_COLUMN_KEYS[cid]] = text
                 drawn.texts[cid] = text
                 self.cell_updates += 1
-                self._written = True
+                written = True
         drawn.cells = row.cells
+        return written
 
     def _remove_rows(self, keys: list[str]) -> None:
         """Remove many rows at once: O(rows), where ``remove_row`` is O(rows) for each row.
@@ -193,22 +193,8 @@ class FleetTable(DataTable[object]):
         """Move the rows into ``order`` with DataTable's sort: no cell is rewritten."""
         # The sort is handed cell values only; each row's first-column cell is its own object.
         rank = {id(self._drawn[key].texts[0]): i for i, key in enumerate(order)}
-        self.sort(_FIRST, key=lambda first: rank[id(first)])  # a new cache generation
-        self._drop_dead_renders()
+        self.sort(_FIRST, key=lambda first: rank[id(first)])
         self._drawn = {key: self._drawn[key] for key in order}
-
-    def _drop_dead_renders(self) -> None:
-        """Empty the render caches whose keys hold the cache generation, once it has moved on.
-
-        No entry in them can be hit again, but DataTable keeps up to a thousand rows of
-        segments and strips in each until they are pushed out; at one refresh a second that
-        is a hundred thousand objects for the garbage collector to walk, and its full passes
-        grew past 100 ms, stalling keys (and, in the console's process, the router).
-        """
-        self._row_render_cache.clear()
-        self._row_renderable_cache.clear()
-        self._cell_render_cache.clear()
-        self._line_cache.clear()
 
     def _render_cell(
         self,
