@@ -19,7 +19,7 @@ from textual.binding import BindingType
 from textual.containers import Container
 from textual.signal import Signal
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Input
 
 from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
 from console.backend import ConsoleBackend
@@ -41,6 +41,7 @@ from console.widgets.events_pane import EventsPane
 from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
 from console.widgets.header import DashboardHeader
+from console.widgets.key_footer import KeyFooter
 from console.widgets.model_summary import ModelSummary
 from console.widgets.tones import Styles, styles_for
 from router.control import (
@@ -146,7 +147,7 @@ class ConsoleApp(App[None]):
                 yield ModelSummary()
                 yield EventsPane()
         yield FilterInput()
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self._gc_before = gc.get_threshold()
@@ -425,9 +426,19 @@ class ConsoleApp(App[None]):
             self.filter_text = event.value.strip()
             self._draw()
 
-    def on_filter_closed(self, _: FilterClosed) -> None:
-        self.query_one(FilterInput).remove_class("-shown")
-        self.query_one(FleetTable).focus()
+    def on_filter_closed(self, message: FilterClosed) -> None:
+        box, table = self.query_one(FilterInput), self.query_one(FleetTable)
+        # One batch, focus set now rather than deferred: the rows coming back, the box closing
+        # and the footer's keys reach the screen in one frame (the scrollbar's follows), where
+        # a message each took a frame each.
+        with self.batch_update():
+            if message.clear:
+                with box.prevent(Input.Changed):
+                    box.value = ""
+                self.filter_text = ""
+                self._draw()
+            box.remove_class("-shown")
+            self.screen.set_focus(table)
 
     def _cycle_sort(self) -> None:
         self.sort_mode = SORTS[(SORTS.index(self.sort_mode) + 1) % len(SORTS)]

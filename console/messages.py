@@ -16,4 +16,8 @@ class RouterEventRecorded(Message):
 
 
 class FilterClosed(Message):
-    """The operator closed the filter box (the filter stays as typed)."""
+    """The operator closed the filter box: Enter keeps the filter as typed, Escape clears it."""
+
+    def __init__(self, *, clear: bool) -> None:
+        super().__init__()
+        self.clear = clear

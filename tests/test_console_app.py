@@ -13,12 +13,14 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from console.app import GC_THRESHOLDS, ConsoleApp
+from console.messages import FilterClosed
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import ReplicaDetail
 from console.screens.strategy_picker import StrategyPicker
 from console.screens.value_input import ValueScreen
 from console.widgets.events_pane import EventsPane
+from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
 from router.replica import ReplicaState
 from router.strategies import STRATEGIES
@@ -317,6 +319,30 @@ async def test_filter_sort_theme_and_refresh_controls() -> None:
         paused = app.paused
         await pilot.press("space")
         assert app.paused is not paused
+
+
+async def test_enter_keeps_the_filter_and_escape_clears_it_in_one_pass() -> None:
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=SIZE) as pilot:
+        table, box = app.query_one(FleetTable), app.query_one(FilterInput)
+        await pilot.press("slash", *"v100", "enter")
+        await pilot.pause()
+        assert app.filter_text == "v100"
+        assert app.focused is table
+        assert not box.has_class("-shown")
+        assert [r.replica for r in table.rows_shown if not r.heading] == ["r2", "r3"]
+
+        await pilot.press("slash")
+        await pilot.pause()
+        # Escape's message is handled in one pass (no await here): cleared, closed, redrawn
+        # and focus moved, nothing left for a later message, so nothing for a later frame.
+        app.on_filter_closed(FilterClosed(clear=True))
+        assert box.value == ""
+        assert app.filter_text == ""
+        assert app.focused is table
+        assert not box.has_class("-shown")
+        assert len([r for r in table.rows_shown if not r.heading]) == 4
 
 
 async def test_refresh_redraws_only_changed_cells() -> None:

@@ -55,3 +55,9 @@ def test_read_only_help_greys_mutating_actions(snap_compare: Snap) -> None:
         await pilot.press("question_mark")
 
     assert snap_compare(app, run_before=open_help, terminal_size=(80, 24))
+
+
+def test_filter_box_floats_above_the_footer(snap_compare: Snap) -> None:
+    """The open filter box covers the panes' last rows, not the footer, and resizes nothing;
+    the footer drops the keys that now type into the box."""
+    assert snap_compare(dashboard(), press=["slash", "v", "1"], terminal_size=(80, 24))

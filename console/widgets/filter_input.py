@@ -1,4 +1,4 @@
-"""The filter box: typed text narrows the fleet table live; Escape clears it."""
+"""The filter box: typed text narrows the fleet table live; Enter keeps it, Escape clears it."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ class FilterInput(Input):
         super().__init__(placeholder="filter: replica, node, GPU model or state", id="filter")
 
     def action_clear_and_close(self) -> None:
-        self.value = ""
-        self.post_message(FilterClosed())
+        # The app empties the box: clearing, closing and the redraw then land in one frame.
+        self.post_message(FilterClosed(clear=True))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.post_message(FilterClosed())
+        self.post_message(FilterClosed(clear=False))

@@ -1,0 +1,72 @@
+"""The footer of keys: hides and shows its keys in place instead of rebuilding itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey  # not exported; Textual is pinned to 8.x
+
+Key = tuple[str, str, str, bool, str]
+"""What one footer key shows: key, action, description, enabled, tooltip."""
+
+
+class KeyFooter(Footer):
+    """Textual's footer, minus its rebuild on every focus change.
+
+    Textual's footer removes and mounts all its keys whenever the screen's bindings may have
+    changed. Focus moving into the filter box hides the printable keys (they type there) and
+    moving out shows them again; each rebuild cost two relayouts of the whole screen, painted
+    in frames after the one that showed the key's effect. When the keys wanted are ones the
+    footer already has, this one only changes which are displayed.
+    """
+
+    def __init__(self, *, compact: bool = False) -> None:
+        super().__init__(compact=compact)
+        self._composed: tuple[Key, ...] = ()
+        self._shown: tuple[Key, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        self._composed = self._shown = _shown_keys(self.screen)
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Screen[Any]) -> None:
+        wanted = _shown_keys(screen)
+        if self.children and wanted == self._shown:
+            return
+        if self.children and screen is self.screen and self._show_only(wanted):
+            self._shown = wanted
+            return
+        super().bindings_changed(screen)
+
+    def _show_only(self, wanted: tuple[Key, ...]) -> bool:
+        """Display just ``wanted`` among the keys composed; False if some are missing."""
+        keys = [
+            k
+            for k in self.children
+            if isinstance(k, FooterKey) and not k.has_class("-command-palette")
+        ]
+        if len(keys) != len(self._composed) or not set(wanted) <= set(self._composed):
+            return False
+        if any((k.key, k.action) != c[:2] for k, c in zip(keys, self._composed, strict=True)):
+            return False
+        wanted_set = set(wanted)
+        for key, composed in zip(keys, self._composed, strict=True):
+            key.display = composed in wanted_set
+        return True
+
+
+def _shown_keys(screen: Screen[Any]) -> tuple[Key, ...]:
+    """The keys the footer shows for the screen's bindings: one per action, first wins."""
+    return tuple(_first_per_action(screen))
+
+
+def _first_per_action(screen: Screen[Any]) -> Iterator[Key]:
+    seen: set[str] = set()
+    for _node, binding, enabled, tooltip in screen.active_bindings.values():
+        if binding.show and binding.action not in seen:
+            seen.add(binding.action)
+            yield (binding.key, binding.action, binding.description, enabled, tooltip)
