@@ -64,8 +64,8 @@ from themes import CSS_PATHS, DEFAULT, THEMES
 GC_THRESHOLDS = (20_000, 20, 10)
 """The garbage collector's thresholds while the console runs (Python's are 700, 10, 10).
 
-Textual makes cyclic garbage as it draws (strips, and the footer's keys, rebuilt on each
-focus change). Collected every 700 allocations, much of it was still alive and moved to the
+Textual makes cyclic garbage as it draws (strips, and widgets built and dropped).
+Collected every 700 allocations, much of it was still alive and moved to the
 older generations, and at 512 GPUs the full passes that then freed it took 100-150 ms every
 few seconds, stalling keys and, in the same loop, the router. Collected less often, it dies
 young: a bench_console.py run at 160x48, watched with ``gc.callbacks``, had one full pass

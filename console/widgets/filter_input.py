@@ -19,7 +19,7 @@ class FilterInput(Input):
         super().__init__(placeholder="filter: replica, node, GPU model or state", id="filter")
 
     def action_clear_and_close(self) -> None:
-        # The app empties the box: clearing, closing and the redraw then land in one frame.
+        # The app empties the box: clearing, closing and the redraw are then one pass.
         self.post_message(FilterClosed(clear=True))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

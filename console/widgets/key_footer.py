@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from textual.app import ComposeResult
@@ -49,11 +48,11 @@ class KeyFooter(Footer):
             for k in self.children
             if isinstance(k, FooterKey) and not k.has_class("-command-palette")
         ]
-        if len(keys) != len(self._composed) or not set(wanted) <= set(self._composed):
+        wanted_set = set(wanted)
+        if len(keys) != len(self._composed) or not wanted_set <= set(self._composed):
             return False
         if any((k.key, k.action) != c[:2] for k, c in zip(keys, self._composed, strict=True)):
             return False
-        wanted_set = set(wanted)
         for key, composed in zip(keys, self._composed, strict=True):
             key.display = composed in wanted_set
         return True
@@ -61,12 +60,14 @@ class KeyFooter(Footer):
 
 def _shown_keys(screen: Screen[Any]) -> tuple[Key, ...]:
     """The keys the footer shows for the screen's bindings: one per action, first wins."""
-    return tuple(_first_per_action(screen))
-
-
-def _first_per_action(screen: Screen[Any]) -> Iterator[Key]:
-    seen: set[str] = set()
+    first: dict[str, Key] = {}
     for _node, binding, enabled, tooltip in screen.active_bindings.values():
-        if binding.show and binding.action not in seen:
-            seen.add(binding.action)
-            yield (binding.key, binding.action, binding.description, enabled, tooltip)
+        if binding.show and binding.action not in first:
+            first[binding.action] = (
+                binding.key,
+                binding.action,
+                binding.description,
+                enabled,
+                tooltip,
+            )
+    return tuple(first.values())
