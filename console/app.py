@@ -19,7 +19,6 @@ from textual.binding import BindingType
 from textual.containers import Container
 from textual.signal import Signal
 from textual.timer import Timer
-from textual.widgets import DataTable, Input
 
 from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
 from console.backend import ConsoleBackend
@@ -146,7 +145,7 @@ class ConsoleApp(App[None]):
             with Container(id="side"):
                 yield ModelSummary()
                 yield EventsPane()
-        yield FilterInput()
+        yield FilterInput(on_change=self.filter_rows)
         yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
@@ -245,15 +244,13 @@ class ConsoleApp(App[None]):
         table = self.query_one(FleetTable)
         for slot, row in enumerate(table.rows_shown):
             if row.replica == replica:
-                table.move_cursor(row=slot, animate=False)
-                table.selected_key = row.key
+                table.select_row(slot)
                 return True
         return False
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        replica = self.selected_replica()
-        if replica is not None:
-            self.perform("detail", replica)
+    def on_fleet_table_chosen(self, event: FleetTable.Chosen) -> None:
+        if event.replica is not None:
+            self.perform("detail", event.replica)
 
     # ---- actions ---------------------------------------------------------------------------
 
@@ -419,24 +416,25 @@ class ConsoleApp(App[None]):
     def _open_filter(self) -> None:
         box = self.query_one(FilterInput)
         box.add_class("-shown")
-        box.focus()
+        # Focus set now (``focus()`` defers it): the box, the table's dimmed cursor and the
+        # footer's keys reach the screen together.
+        self.screen.set_focus(box)
 
-    def on_input_changed(self, event: FilterInput.Changed) -> None:
-        if isinstance(event.input, FilterInput):
-            self.filter_text = event.value.strip()
+    def filter_rows(self, text: str) -> None:
+        """Show only the rows that match ``text`` (every word, anywhere in the row)."""
+        text = text.strip()
+        if text != self.filter_text:
+            self.filter_text = text
             self._draw()
 
     def on_filter_closed(self, message: FilterClosed) -> None:
         box, table = self.query_one(FilterInput), self.query_one(FleetTable)
         # One batch, focus set now rather than deferred: the rows coming back, the box closing
-        # and the footer's keys reach the screen in one frame (the scrollbar's follows), where
+        # and the footer's keys reach the screen in one frame, where
         # a message each took a frame each.
         with self.batch_update():
             if message.clear:
-                with box.prevent(Input.Changed):
-                    box.value = ""
-                self.filter_text = ""
-                self._draw()
+                box.value = ""  # the rows come back through filter_rows
             box.remove_class("-shown")
             self.screen.set_focus(table)
 

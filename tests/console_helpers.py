@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from console.backend import ConsoleBackend
+from console.view.fleet import COLUMNS
+from console.widgets.fleet_table import PAD, FleetTable
 from router import ControlSurface, ManualClock, Priority, Request, RouterCore
 from router.config.schema import ConsoleConfig, FleetConfig
 from router.replica import Telemetry
@@ -88,3 +90,43 @@ def telemetry_for(
         gpus=tuple(gpus),
     )
     return TelemetryStatus(BrokerState.CONNECTED, "mqtt://127.0.0.1:1883", (feed,))
+
+
+def column_span(column_id: str) -> tuple[int, int]:
+    """Where a column's text sits on a table line: after its padding, as wide as the column."""
+    x = 0
+    for column in COLUMNS:
+        if column.id == column_id:
+            return x + PAD, x + PAD + column.width
+        x += column.width + 2 * PAD
+    raise KeyError(column_id)
+
+
+def drawn_lines(table: FleetTable) -> list[str]:
+    """The table's body lines as it draws them, scrolled to the top and to the left."""
+    assert table.scroll_offset == (0, 0)
+    first = table.header_height
+    return [table.render_line(y).text for y in range(first, first + len(table.rows_shown))]
+
+
+def drawn_cell(line: str, column_id: str) -> str:
+    start, end = column_span(column_id)
+    return line[start:end].rstrip()
+
+
+def drawn_keys(table: FleetTable) -> list[str]:
+    """Each drawn line's row, read from the line itself: ``node:NAME`` for a node heading
+    (``▾ NAME`` in the replica column), ``NODE/INDEX`` for a GPU (its node and GPU columns)."""
+    keys = []
+    for line in drawn_lines(table):
+        replica = drawn_cell(line, "replica")
+        if replica.startswith("▾ "):
+            keys.append("node:" + replica[2:])
+        else:
+            keys.append(f"{drawn_cell(line, 'node')}/{drawn_cell(line, 'gpu').split()[0]}")
+    return keys
+
+
+def drawn_text(table: FleetTable, key: str, column_id: str) -> str:
+    """One cell of the row ``key`` as drawn."""
+    return drawn_cell(drawn_lines(table)[drawn_keys(table).index(key)], column_id)

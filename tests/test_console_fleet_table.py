@@ -1,14 +1,13 @@
-"""The fleet table as drawn: after a sort, a filter or an update, the DataTable's own rows
+"""The fleet table as drawn: after a sort, a filter or an update, the lines the table draws
 (their order, node headings and cell text) are exactly the view's rows, and the cursor stays
 on the GPU the operator chose.
 
-The table keys rows by GPU and moves them with DataTable's ``sort`` instead of rewriting
-slots, so these tests read what the DataTable holds, line by line, not the widget's list.
+The table keeps each row's drawn line and reuses it until the row changes, so these tests
+read the lines it draws (``render_line``), not its list of rows.
 """
 
 from __future__ import annotations
 
-from itertools import product
 from typing import cast
 
 import pytest
@@ -16,23 +15,25 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
-from textual.widgets import DataTable
 
 from console.app import ConsoleApp
 from console.backend import ConsoleBackend, GpuKey
+from console.screens.replica_detail import ReplicaDetail
 from console.view.fleet import COLUMNS
 from console.view.format import Tone
-from console.widgets.fleet_table import CellText, FleetTable
+from console.widgets import fleet_table
+from console.widgets.fleet_table import FleetTable, draw_cells
 from console.widgets.tones import styles_for, to_text
 from router import ControlSurface, ManualClock, RouterCore
 from router.config.schema import FleetConfig, GpuConfig, NodeConfig, ReplicaConfig
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import BrokerState, NodeFeed, TelemetryStatus
-from tests.console_helpers import WALL
+from tests.console_helpers import WALL, column_span, drawn_cell, drawn_keys, drawn_lines, drawn_text
 from themes import THEMES
 
-SIZE = (120, 30)
-REPLICA, UTIL = (next(i for i, c in enumerate(COLUMNS) if c.id == n) for n in ("replica", "util"))
+SIZE = (160, 30)
+"""Wide enough for every column: the tests read the node column."""
+REPLICA, UTIL = "replica", "util"
 GROUPED = [
     "node:node-a",
     "node-a/0",
@@ -104,23 +105,11 @@ def console() -> tuple[ConsoleApp, Feed]:
     return ConsoleApp(backend, auto_refresh=False), feed
 
 
-def drawn_keys(table: FleetTable) -> list[str]:
-    """Row keys in the order the DataTable draws them."""
-    return [str(row.key.value) for row in table.ordered_rows]
-
-
-def drawn_text(table: FleetTable, key: str, column: int) -> str:
-    return str(table.get_row(key)[column])
-
-
 def assert_drawn_as_view(table: FleetTable) -> None:
-    """Every line of the DataTable holds the view row of the same position, cell for cell."""
+    """Every line the table draws holds the view row of the same position, cell for cell."""
     assert drawn_keys(table) == [r.key for r in table.rows_shown]
-    for row in table.rows_shown:
-        assert [drawn_text(table, row.key, i) for i in range(len(COLUMNS))] == [
-            text for text, _ in row.cells
-        ]
-    assert table.row_count == len(table.rows_shown)
+    for line, row in zip(drawn_lines(table), table.rows_shown, strict=True):
+        assert [drawn_cell(line, c.id) for c in COLUMNS] == [text.rstrip() for text, _ in row.cells]
 
 
 async def test_sort_moves_rows_drops_headings_and_updates_keep_order() -> None:
@@ -219,10 +208,11 @@ async def test_rows_back_from_a_filter_take_the_new_theme() -> None:
         await pilot.press("escape")
         await pilot.pause()
         after = app.styles_now[Tone.ACCENT]
-        assert after != before
-        heading = table.get_row("node:node-a")[REPLICA]
-        assert isinstance(heading, CellText)
-        assert heading.style == after
+        assert after.color != before.color
+        line = table.render_line(table.header_height + drawn_keys(table).index("node:node-a"))
+        heading = next(s for s in line if s.text.startswith("▾ node-a"))
+        assert heading.style is not None
+        assert heading.style.color == after.color
 
 
 @pytest.mark.parametrize(
@@ -232,6 +222,7 @@ async def test_rows_back_from_a_filter_take_the_new_theme() -> None:
         "a-tp",
         "0123456789",
         "01234567890",
+        "0123456789012",
         "node-b-very-long-name",
         "▾ 節点-b",
         "節点節点節点",
@@ -239,51 +230,77 @@ async def test_rows_back_from_a_filter_take_the_new_theme() -> None:
     ],
 )
 @pytest.mark.parametrize("tone", [Tone.NORMAL, Tone.DIM, Tone.WARN])
-def test_cell_draws_as_the_equivalent_rich_text(plain: str, tone: Tone) -> None:
-    """A table cell draws the same segments as ``to_text`` does, cut with an ellipsis where
-    it is wider than its column."""
+def test_a_line_draws_as_rich_draws_the_same_cells(plain: str, tone: Tone) -> None:
+    """Each cell of a line draws the same segments as rich draws ``to_text`` padded to its
+    column (7 to 15 cells wide here), cut with an ellipsis where it is wider."""
     styles = styles_for(THEMES["dark"])
-    console = Console(width=40, legacy_windows=False, color_system="truecolor")
-    options = console.options.update(width=12, height=1, no_wrap=True)
+    console = Console(width=200, legacy_windows=False, color_system="truecolor")
 
-    def drawn(renderable: object) -> list[list[Segment]]:
+    def simplified(segments: list[Segment]) -> list[tuple[str, Style]]:
         """What the terminal shows: text and style, no style being the plain style."""
-        padded = Padding(cast(RenderableType, renderable), (0, 1))
         return [
-            list(Segment.simplify(Segment(s.text, s.style or Style()) for s in line if s.text))
-            for line in console.render_lines(padded, options)
+            (s.text, s.style or Style())
+            for s in Segment.simplify(Segment(s.text, s.style or Style()) for s in segments)
+            if s.text
         ]
 
-    assert drawn(CellText(plain, styles[tone])) == drawn(to_text([(plain, tone)], styles))
+    expected: list[Segment] = []
+    for column in COLUMNS:
+        options = console.options.update(width=column.width + 2, height=1, no_wrap=True)
+        padded = Padding(cast(RenderableType, to_text([(plain, tone)], styles)), (0, 1))
+        expected += console.render_lines(padded, options)[0]
+    line = draw_cells((plain, styles[tone]) for _ in COLUMNS)
+    assert simplified(list(line)) == simplified(expected)
+    assert line.cell_length == sum(c.width + 2 for c in COLUMNS)
 
 
-def _simplified(lines: list[list[Segment]]) -> list[list[tuple[str, Style | None]]]:
-    return [[(s.text, s.style) for s in Segment.simplify(line) if s.text] for line in lines]
-
-
-async def test_cells_draw_as_the_data_table_itself_draws_them() -> None:
-    """The table's own cell drawing gives DataTable's segments, styles and mouse metadata
-    included, under the cursor and the hover, in columns wide and narrow, in two themes."""
+async def test_the_cursor_line_is_highlighted_across_the_table_and_dims_without_focus() -> None:
+    """The cursor's line takes the cursor's background over its whole width, the text's own
+    colour giving way to the cursor's; off focus (the filter box open) the cursor dims."""
     app, _ = console()
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(FleetTable)
-        table.update_cell("node-b/0", "replica", CellText("節点-b-very-long-name", Style()))
-        for theme in ("dark", "light"):
-            app.set_theme(theme)
-            await pilot.pause()
-            base = table.get_component_styles("datatable--odd-row").rich_style
-            cells = product(
-                range(table.row_count),
-                range(len(table.columns)),
-                (1, 2, 3, 6, 14),
-                ((False, False), (True, False), (False, True)),
-            )
-            for row, column, width, (cursor, hover) in cells:
-                args = (row, column, base, width, cursor, hover)
-                ours = table._render_cell(*args)
-                table._cell_render_cache.clear()  # its key leaves out the width
-                theirs = DataTable._render_cell(table, *args)
-                assert _simplified(ours) == _simplified(theirs), args
+        assert app.select_replica("b1")
+        await pilot.pause()
+        y = table.header_height + drawn_keys(table).index("node-b/1")
+        focused = table.get_component_rich_style("fleet-table--cursor")
+        line = table.render_line(y)
+        assert line.cell_length == table.size.width
+        assert {s.style.bgcolor for s in line if s.style} == {focused.bgcolor}
+        state = next(s for s in line if "●" in s.text)  # drawn green off the cursor
+        assert state.style is not None
+        assert state.style.color == focused.color
+        other = table.render_line(y + 1)
+        assert focused.bgcolor not in {s.style.bgcolor for s in other if s.style}
+
+        await pilot.press("slash")
+        await pilot.pause()
+        blurred = table.get_component_rich_style("fleet-table--cursor")
+        assert blurred.bgcolor != focused.bgcolor
+        assert {s.style.bgcolor for s in table.render_line(y) if s.style} == {blurred.bgcolor}
+
+
+async def test_focus_and_cursor_moves_redraw_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moving focus or the cursor restyles drawn lines: no row's cells are drawn again (the
+    header's may be, as focus tints it)."""
+    app, _ = console()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        drawn: list[str] = []
+        draw = fleet_table.draw_cells
+
+        def counted(cells: object) -> object:
+            line = draw(cells)  # type: ignore[arg-type]
+            drawn.append(line.text)
+            return line
+
+        monkeypatch.setattr(fleet_table, "draw_cells", counted)
+        await pilot.press("down", "down", "slash")
+        await pilot.pause()
+        await pilot.press("escape", "up")
+        await pilot.pause()
+        header = column_span("replica")
+        assert all(text[header[0] : header[1]].rstrip() == "Replica" for text in drawn)
 
 
 async def test_a_click_on_a_row_selects_its_replica() -> None:
@@ -295,3 +312,37 @@ async def test_a_click_on_a_row_selects_its_replica() -> None:
         await pilot.click(FleetTable, offset=(3, top + table.header_height + line))
         await pilot.pause()
         assert table.selected_replica() == "b1"
+
+
+async def test_keys_move_the_cursor_and_scroll_the_columns() -> None:
+    """End and Home reach the last and first rows, PgDn and PgUp a page, → scrolls the
+    columns that do not fit at 80 columns; the selection follows the cursor."""
+    app, _ = console()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(FleetTable)
+        await pilot.press("end")
+        assert (table.cursor_row, table.selected_key) == (len(GROUPED) - 1, GROUPED[-1])
+        await pilot.press("home")
+        assert (table.cursor_row, table.selected_key) == (0, GROUPED[0])
+        await pilot.press("pagedown")
+        assert table.cursor_row > 1
+        await pilot.press("pageup")
+        assert table.cursor_row == 0
+        await pilot.press("right")
+        await pilot.pause()
+        assert table.scroll_offset.x > 0
+
+
+async def test_a_second_click_on_the_cursor_row_opens_its_detail() -> None:
+    app, _ = console()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        line = GROUPED.index("node-c/0")
+        offset = (3, table.styles.gutter.top + table.header_height + line)
+        await pilot.click(FleetTable, offset=offset)
+        await pilot.pause()
+        assert table.selected_replica() == "c0"
+        assert not isinstance(app.screen, ReplicaDetail)
+        await pilot.click(FleetTable, offset=offset)
+        await pilot.pause()
+        assert isinstance(app.screen, ReplicaDetail)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from textual.widgets import RichLog
 
 from console.view.format import Cell
+from console.widgets.steady_scroll import SteadyScrollbars
 from console.widgets.tones import Styles, to_text
 
 MAX_LINES = 500
 
 
-class EventsPane(RichLog):
+class EventsPane(RichLog, SteadyScrollbars):
     def __init__(self) -> None:
         super().__init__(id="events", max_lines=MAX_LINES, wrap=False, markup=False)
         self.border_title = "Events"

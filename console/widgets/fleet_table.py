@@ -1,264 +1,274 @@
-"""The fleet table: a DataTable keyed by GPU (and node heading), written by difference.
+"""The fleet table: one line per GPU (and per node heading), each drawn once per change.
 
-Each row's key is its view row's key (``node/index`` for a GPU, ``node:name`` for a node
-heading), so a row keeps its cells wherever it is shown. A refresh writes only the cells
-whose (text, tone) changed; rows that leave the view (filtered out, or the node headings when
-the sort stops grouping by node) are removed and rows that come back are added. When the
-order differs from the one shown, DataTable's own ``sort`` moves the rows without rewriting a
-cell: re-sorting 512 GPUs is one sort, not thousands of cell writes. The cursor follows the
-selected GPU (not the line), so a row moving under a live sort never turns a keypress onto
-another replica. Cells are :class:`CellText`, one line of one style, and the table draws
-them straight into segments, as DataTable would through rich (``Styled(Padding(Text))``) at
-a fraction of the cost: a repaint of the visible rows is most of what a sort costs. A refresh
-writes changed cells into the table's data and invalidates its caches once, where
-``update_cell`` would for each cell. Both lean on DataTable internals of Textual 8 (pinned
-to that major in pyproject.toml); the snapshot tests catch a drawing that differs.
+A Line API widget (a Textual ``ScrollView``) that owns its rows, rather than a DataTable.
+Rows are keyed by their view row's key (``node/index`` for a GPU, ``node:name`` for a node
+heading). Each row's line (its cells cut to their columns and styled) is built when the row
+first shows or its cells change, and reused on every frame after: a frame draws only the
+lines Textual marked dirty, from that cache. So:
+
+- a refresh rewrites only the rows whose cells changed, and repaints only those lines when the
+  order holds (``cell_updates`` counts what the difference saves);
+- a sort, a filter and its clearing reorder keys and repaint the visible lines from the cache;
+- moving the cursor repaints two lines, and moving focus restyles lines without redrawing a
+  cell.
+
+DataTable (Textual 8) keyed its line cache on a table-wide update count and on focus, so every
+refresh, focus change or filter keystroke redrew every visible cell through rich; at 512 GPUs
+that was most of the time from a key to the screen.
+
+The cursor follows the selected GPU (not the line): a row moving under a live sort never
+turns a keypress onto another replica. Enter, or a click on the cursor's row, posts
+:class:`FleetTable.Chosen`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, Row, RowKey
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.strip import Strip
 
 from console.view.fleet import COLUMNS, TableRow
 from console.view.format import Cell
+from console.widgets.steady_scroll import SteadyScrollbars
 from console.widgets.tones import Styles
 
-_FIRST = COLUMNS[0].id
-_COLUMN_KEYS = tuple(ColumnKey(c.id) for c in COLUMNS)
+PAD = 1
+"""Blank cells either side of each column's text."""
+WIDTH = sum(c.width + 2 * PAD for c in COLUMNS)
+HEADER_HEIGHT = 1
 
 
-class CellText:
-    """One cell's text in one style: drawn as ``Text(no_wrap=True, overflow="ellipsis")``
-    draws it, without Text's wrapping and justifying, which most of a repaint went on."""
-
-    __slots__ = ("plain", "style")
-
-    def __init__(self, plain: str, style: Style) -> None:
-        self.plain = plain
-        self.style = style
-
-    def __str__(self) -> str:
-        return self.plain
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        text, width = self.plain, options.max_width
-        if cell_len(text) > width:
-            text = set_cell_size(text, width - 1) + "…"
+def draw_cells(cells: Iterable[tuple[str, Style | None]]) -> Strip:
+    """Cells in column order as one line: each padded, and cut with an ellipsis where wider
+    than its column. The padding carries no style, so the cursor's or the row's shows there."""
+    segments: list[Segment] = []
+    gap = " " * PAD
+    for (text, style), column in zip(cells, COLUMNS, strict=True):
+        width = cell_len(text)
+        if width > column.width:
+            text = set_cell_size(text, column.width - 1) + "…"
+            width = column.width
         if text:
-            yield Segment(text, self.style)
+            segments += (Segment(gap), Segment(text, style))
+            segments.append(Segment(" " * (column.width - width) + gap))
+        else:
+            segments.append(Segment(" " * (column.width + 2 * PAD)))
+    return Strip(segments, WIDTH)
 
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        width = cell_len(self.plain)
-        return Measurement(width, width)
 
-
-def _cell(cell: Cell, styles: Styles) -> CellText:
-    return CellText(cell[0], styles[cell[1]])
+def over(line: Strip, style: Style) -> Strip:
+    """``line`` under a highlight: the highlight's background and text style where the text
+    has none, and its colour over the text's own (as DataTable draws its cursor)."""
+    top = Style.from_color(color=style.color)
+    return Strip(
+        [
+            Segment(s.text, style + s.style + top if s.style else style)
+            for s in line
+            if not s.control
+        ],
+        line.cell_length,
+    )
 
 
 @dataclass(slots=True)
-class _Drawn:
-    """A row as the table holds it: its cells and the cell objects drawn from them."""
-
+class _Row:
     cells: tuple[Cell, ...]
-    texts: list[CellText]
+    line: Strip | None = None
+    """The drawn cells, without the widget's base style; None until first drawn."""
 
 
-class FleetTable(DataTable[object]):
+class FleetTable(SteadyScrollbars, can_focus=True):
+    """The fleet: a header line, then the view's rows in the order given to :meth:`show`."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"fleet-table--header", "fleet-table--cursor"}
+
+    DEFAULT_CSS = """
+    FleetTable {
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .fleet-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .fleet-table--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        & > .fleet-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        & > .fleet-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "choose", "Details", show=False),
+        Binding("up", "move(-1)", "Cursor up", show=False),
+        Binding("down", "move(1)", "Cursor down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home,ctrl+home", "move_to(0)", "First row", show=False),
+        Binding("end,ctrl+end", "move_to(-1)", "Last row", show=False),
+    ]
+
+    header_height = HEADER_HEIGHT
+
+    class Chosen(Message):
+        """The operator chose the row under the cursor (Enter, or a click on it)."""
+
+        def __init__(self, key: str, replica: str | None) -> None:
+            super().__init__()
+            self.key = key
+            self.replica = replica
+
     def __init__(self) -> None:
-        super().__init__(id="fleet", cursor_type="row", zebra_stripes=False)
-        self._drawn: dict[str, _Drawn] = {}
-        """Row key -> what the table holds for it, in the order shown."""
-        self._parked: dict[str, _Drawn] = {}
-        """Rows taken out (filtered, or headings while not grouped), kept to come back cheaply."""
+        super().__init__(id="fleet")
+        self._rows: dict[str, _Row] = {}
+        """Every row shown so far, by key: a row back from a filter keeps its drawn line."""
+        self._order: list[str] = []
+        self._styles: Styles | None = None
+        self._header_line: tuple[Style, Strip] | None = None
+        self._cursor_line: tuple[Strip, Style, Strip] | None = None
+        """(row line, cursor style, the two drawn together): the cursor's line, kept."""
         self.rows_shown: list[TableRow] = []
+        self.cursor_row = 0
         self.selected_key: str | None = None
         self.cell_updates = 0
         """Cells written since start: what the difference saves is measured from this."""
 
     def on_mount(self) -> None:
-        for c in COLUMNS:
-            self.add_column(c.label, width=c.width, key=c.id)
+        self.virtual_size = Size(WIDTH, HEADER_HEIGHT)
+
+    # ---- data ------------------------------------------------------------------------------
 
     def show(self, rows: Sequence[TableRow], styles: Styles, force: bool = False) -> None:
-        """Show ``rows`` in this order, writing only changed cells (all of them if ``force``)."""
-        keep = self.selected_key
-        if force:
-            self._parked.clear()  # drawn with the old styles
-        wanted = {row.key for row in rows}
-        gone = [key for key in self._drawn if key not in wanted]
-        if gone:
-            self._remove_rows(gone)
-        new: list[TableRow] = []
-        written = False
-        for row in rows:
-            drawn = self._drawn.get(row.key)
-            if drawn is None:
-                new.append(row)
-            elif drawn.cells != row.cells or force:
-                written = self._update(row, drawn, styles, force) or written
-        if new:
-            self._add_rows(new, styles)
-        if written:
-            # One invalidation for the whole refresh: update_cell does one per cell (a cache
-            # generation and a dirty region each), which was most of a refresh at 512 GPUs.
-            self._update_count += 1
-            self.refresh()
-        # Removals kept the order of the rest and additions went to the bottom: the dict's
-        # order is the order on screen.
+        """Show ``rows`` in this order, redrawing only changed rows (all of them if ``force``)."""
+        if force or styles is not self._styles:
+            self._styles = styles
+            for row in self._rows.values():
+                row.line = None  # drawn with the old styles
+        changed = [i for i, row in enumerate(rows) if self._store(row, force)]
         order = [row.key for row in rows]
-        if list(self._drawn) != order:
-            self._reorder(order)
         self.rows_shown = list(rows)
-        self._follow(keep)
+        if order != self._order:
+            self._order = order
+            self.virtual_size = Size(WIDTH, len(order) + HEADER_HEIGHT)
+            self.refresh()
+        elif force:
+            self.refresh()
+        else:
+            top = round(self.scroll_y)
+            bottom = top + self.scrollable_content_region.height
+            for index in changed:
+                if top <= index < bottom:
+                    self.refresh_line(index + HEADER_HEIGHT)
+        self._follow()
 
-    def _add_rows(self, rows: list[TableRow], styles: Styles) -> None:
-        """Add many rows at the bottom at once.
-
-        What ``add_row`` does (Textual 8) for each row, except that the cursor is clamped,
-        the caches invalidated and the idle work asked for once, not once per row; and the
-        new rows are not queued for measuring: every column has a fixed width and every row
-        one line, so DataTable's measuring of new cells when idle would change nothing (at
-        512 rows it cost more than the rest of a refresh).
-        """
-        was_empty = self.row_count == 0
-        for row in rows:
-            texts = self._texts(row, styles)
-            key = RowKey(row.key)
-            self._row_locations[key] = self.row_count
-            self._data[key] = dict(zip(_COLUMN_KEYS, texts, strict=True))
-            self.rows[key] = Row(key, 1)
-            self._drawn[row.key] = _Drawn(row.cells, texts)
-            self.cell_updates += len(texts)
-        self._require_update_dimensions = True
-        self.cursor_coordinate = self.cursor_coordinate
-        if was_empty and self.show_cursor and self.cursor_type != "none":
-            self._highlight_cursor()
-        self._update_count += 1
-        self.check_idle()
-
-    def _texts(self, row: TableRow, styles: Styles) -> list[CellText]:
-        parked = self._parked.pop(row.key, None)
-        if parked is None:
-            return [_cell(c, styles) for c in row.cells]
-        # Back from a filter or a sort: only its changed cells are drawn anew.
-        return [
-            text if before == after else _cell(after, styles)
-            for before, after, text in zip(parked.cells, row.cells, parked.texts, strict=True)
-        ]
-
-    def _update(self, row: TableRow, drawn: _Drawn, styles: Styles, force: bool) -> bool:
-        """Write the row's changed cells where ``update_cell`` would (Textual 8's ``_data``),
-        without its per-cell invalidation: ``show`` invalidates once when all are written.
-        True when a cell was written."""
-        data = self._data[RowKey(row.key)]
-        written = False
-        for cid, (before, after) in enumerate(zip(drawn.cells, row.cells, strict=True)):
-            if before != after or force:
-                text = _cell(after, styles)
-                data[_COLUMN_KEYS[cid]] = text
-                drawn.texts[cid] = text
-                self.cell_updates += 1
-                written = True
-        drawn.cells = row.cells
-        return written
-
-    def _remove_rows(self, keys: list[str]) -> None:
-        """Remove many rows at once: O(rows), where ``remove_row`` is O(rows) for each row.
-
-        What ``remove_row`` does (Textual 8), except that the rows' locations are rebuilt
-        once, by ``sort``, instead of once per removed row.
-        """
-        for key in keys:
-            self._parked[key] = self._drawn.pop(key)
-            del self.rows[RowKey(key)]
-            del self._data[RowKey(key)]
-        self._reorder(list(self._drawn))
-        self._require_update_dimensions = True  # shorter: a new virtual size when idle
-        self.cursor_coordinate = self.cursor_coordinate  # clamped into the table
-        self.hover_coordinate = self.hover_coordinate
-        self.refresh(layout=True)
-        self.check_idle()
-
-    def _reorder(self, order: list[str]) -> None:
-        """Move the rows into ``order`` with DataTable's sort: no cell is rewritten."""
-        # The sort is handed cell values only; each row's first-column cell is its own object.
-        rank = {id(self._drawn[key].texts[0]): i for i, key in enumerate(order)}
-        self.sort(_FIRST, key=lambda first: rank[id(first)])
-        self._drawn = {key: self._drawn[key] for key in order}
-
-    def _render_cell(
-        self,
-        row_index: int,
-        column_index: int,
-        base_style: Style,
-        width: int,
-        cursor: bool = False,
-        hover: bool = False,
-    ) -> list[list[Segment]]:
-        """A body cell's one line, as DataTable (Textual 8) draws it through rich's
-        ``Styled(Padding(cell))``, built directly: that pipeline was most of a repaint."""
-        pad = self.cell_padding
-        if row_index < 0 or column_index < 0 or width <= 2 * pad:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        cell = None
-        if row_key is not None and column_key is not None and self.rows[row_key].height == 1:
-            cell = self._data[row_key].get(column_key)
-        if not isinstance(cell, CellText):
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        component, post = self._get_styles_to_render_cell(
-            False,
-            False,
-            row_index < self.fixed_rows or column_index < self.fixed_columns,
-            hover,
-            cursor,
-            self.show_cursor,
-            self._show_hover_cursor,
-            self.cursor_foreground_priority == "css",
-            self.cursor_background_priority == "css",
+    def _store(self, row: TableRow, force: bool) -> bool:
+        """Keep the row's cells; True when they differ from what was drawn."""
+        held = self._rows.get(row.key)
+        if held is None:
+            self._rows[row.key] = _Row(row.cells)
+            self.cell_updates += len(row.cells)
+            return True
+        if held.cells == row.cells and not force:
+            return False
+        self.cell_updates += sum(
+            force or a != b for a, b in zip(held.cells, row.cells, strict=True)
         )
-        pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component
-        blank = pre + post
-        inner = width - 2 * pad
-        text = cell.plain
-        if cell_len(text) > inner:
-            text = set_cell_size(text, inner - 1) + "…"
-        line = [Segment(" " * pad, blank)]
-        if text:
-            line.append(Segment(text, pre + cell.style + post))
-        if (fill := inner - cell_len(text)) > 0:
-            line.append(Segment(" " * fill, blank))
-        line.append(Segment(" " * pad, blank))
-        return [line]
+        held.cells, held.line = row.cells, None
+        return True
 
-    def _follow(self, key: str | None) -> None:
+    def _follow(self) -> None:
+        """Keep the cursor on the selected row wherever it moved; start on the first GPU
+        that runs a replica. A row filtered out keeps its selection for when it returns."""
+        key = self.selected_key
         if key is None:
-            # Nothing chosen yet: start on the first GPU that runs a replica.
             key = next((r.key for r in self.rows_shown if r.replica is not None), None)
             if key is None:
                 return
-        if key not in self._drawn:
-            return  # filtered out: the cursor finds it again when the filter lets it back
-        index = self.get_row_index(key)
-        if index != self.cursor_row:
-            self.move_cursor(row=index, animate=False)
+        try:
+            index = self._order.index(key)
+        except ValueError:
+            self._place(min(self.cursor_row, max(0, len(self._order) - 1)))
+            return
         self.selected_key = key
+        self._place(index)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        index = event.cursor_row
-        if 0 <= index < len(self.rows_shown):
-            self.selected_key = self.rows_shown[index].key
+    # ---- cursor ----------------------------------------------------------------------------
+
+    def select_row(self, index: int) -> None:
+        """Put the cursor on row ``index`` (clamped) and select that row."""
+        if not self._order:
+            return
+        index = max(0, min(index, len(self._order) - 1))
+        self.selected_key = self._order[index]
+        self._place(index)
+
+    def _place(self, index: int) -> None:
+        if index != self.cursor_row:
+            self.refresh_line(self.cursor_row + HEADER_HEIGHT)
+            self.refresh_line(index + HEADER_HEIGHT)
+            self.cursor_row = index
+        self._scroll_to_cursor()
+
+    def _scroll_to_cursor(self) -> None:
+        shown = self.scrollable_content_region.height - HEADER_HEIGHT
+        if shown <= 0:
+            return
+        top = round(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False)
+        elif self.cursor_row >= top + shown:
+            self.scroll_to(y=self.cursor_row - shown + 1, animate=False)
+
+    def _page(self) -> int:
+        return max(1, self.scrollable_content_region.height - HEADER_HEIGHT - 1)
+
+    def action_move(self, step: int) -> None:
+        self.select_row(self.cursor_row + step)
+
+    def action_page(self, direction: int) -> None:
+        self.select_row(self.cursor_row + direction * self._page())
+
+    def action_move_to(self, index: int) -> None:
+        self.select_row(index if index >= 0 else len(self._order) - 1)
+
+    def action_choose(self) -> None:
+        if 0 <= self.cursor_row < len(self.rows_shown):
+            row = self.rows_shown[self.cursor_row]
+            self.post_message(self.Chosen(row.key, row.replica))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < HEADER_HEIGHT:
+            return
+        index = round(self.scroll_y) + offset.y - HEADER_HEIGHT
+        if index >= len(self._order):
+            return
+        event.stop()
+        if index == self.cursor_row:
+            self.action_choose()  # as DataTable: a click on the cursor's row chooses it
+        else:
+            self.select_row(index)
 
     def selected_replica(self) -> str | None:
         """The replica of the row under the cursor (None on a node heading or a spare GPU)."""
@@ -266,3 +276,46 @@ class FleetTable(DataTable[object]):
         if 0 <= index < len(self.rows_shown):
             return self.rows_shown[index].replica
         return None
+
+    # ---- drawing ---------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width, base = self.size.width, self.rich_style
+        # The header and the cursor's line run the whole width, past the last column.
+        fill: Style | None = None
+        if y < HEADER_HEIGHT:
+            fill = self.get_component_rich_style("fleet-table--header")
+            line = self._header(fill)
+        else:
+            index = scroll_y + y - HEADER_HEIGHT
+            if index >= len(self._order):
+                return Strip.blank(width, base)
+            line = self._line(self._order[index])
+            if index == self.cursor_row:
+                fill = self.get_component_rich_style("fleet-table--cursor")
+                line = self._under_cursor(line, fill)
+        end = scroll_x + width
+        if end > line.cell_length:
+            line = line.adjust_cell_length(end, fill)
+        return line.crop(scroll_x, end).apply_style(base)
+
+    def _header(self, style: Style) -> Strip:
+        kept = self._header_line
+        if kept is None or kept[0] != style:
+            line = draw_cells((c.label, None) for c in COLUMNS).apply_style(style)
+            kept = self._header_line = (style, line)
+        return kept[1]
+
+    def _line(self, key: str) -> Strip:
+        row = self._rows[key]
+        if row.line is None:
+            styles = self._styles or {}
+            row.line = draw_cells((text, styles.get(tone)) for text, tone in row.cells)
+        return row.line
+
+    def _under_cursor(self, line: Strip, style: Style) -> Strip:
+        kept = self._cursor_line
+        if kept is None or kept[0] is not line or kept[1] != style:
+            kept = self._cursor_line = (line, style, over(line, style))
+        return kept[2]

@@ -28,6 +28,18 @@ class KeyFooter(Footer):
         self._composed: tuple[Key, ...] = ()
         self._shown: tuple[Key, ...] = ()
 
+    def on_mount(self) -> None:
+        # Besides Footer's own subscription, which is queued behind this footer's messages:
+        # keys shown or hidden as the bindings change (a focus change publishes them) reach
+        # the screen in the same frame as the focus. A rebuild stays with the queued one.
+        self.screen.bindings_updated_signal.subscribe(self, self._show_now, immediate=True)
+
+    def _show_now(self, screen: Screen[Any]) -> None:
+        if self.children and screen is self.screen:
+            wanted = _shown_keys(screen)
+            if wanted != self._shown and self._show_only(wanted):
+                self._shown = wanted
+
     def compose(self) -> ComposeResult:
         self._composed = self._shown = _shown_keys(self.screen)
         yield from super().compose()
