@@ -430,8 +430,8 @@ class ConsoleApp(App[None]):
     def on_filter_closed(self, message: FilterClosed) -> None:
         box, table = self.query_one(FilterInput), self.query_one(FleetTable)
         # One batch, focus set now rather than deferred: the rows coming back, the box closing
-        # and the footer's keys reach the screen in one frame, where
-        # a message each took a frame each.
+        # and the footer's keys reach the screen in one frame, where a message each took a
+        # frame each.
         with self.batch_update():
             if message.clear:
                 box.value = ""  # the rows come back through filter_rows
