@@ -346,3 +346,22 @@ async def test_a_second_click_on_the_cursor_row_opens_its_detail() -> None:
         await pilot.click(FleetTable, offset=offset)
         await pilot.pause()
         assert isinstance(app.screen, ReplicaDetail)
+
+
+async def test_scrollbars_follow_the_rows_through_a_filter() -> None:
+    """Scrollbars are updated only when the scrolling changes (not on every layout), so
+    they must still follow the rows: in a short terminal the 9 rows overflow and the
+    scrollbar shows them all; filtered to 3 it goes; cleared, it comes back."""
+    app, _ = console()
+    async with app.run_test(size=(160, 20)) as pilot:  # 7 lines: a header and 6 rows
+        table = app.query_one(FleetTable)
+        await pilot.pause()
+        assert table.show_vertical_scrollbar
+        assert table.vertical_scrollbar.window_virtual_size == len(GROUPED) + 1
+        await pilot.press("slash", *"node-b")
+        await pilot.pause()
+        assert not table.show_vertical_scrollbar
+        await pilot.press("escape")
+        await pilot.pause()
+        assert table.show_vertical_scrollbar
+        assert table.vertical_scrollbar.window_virtual_size == len(GROUPED) + 1
