@@ -35,23 +35,27 @@ class KeyFooter(Footer):
         self.screen.bindings_updated_signal.subscribe(self, self._show_now, immediate=True)
 
     def _show_now(self, screen: Screen[Any]) -> None:
-        if self.children and screen is self.screen:
-            wanted = _shown_keys(screen)
-            if wanted != self._shown and self._show_only(wanted):
-                self._shown = wanted
+        self._shown_in_place(screen)
 
     def compose(self) -> ComposeResult:
         self._composed = self._shown = _shown_keys(self.screen)
         yield from super().compose()
 
     def bindings_changed(self, screen: Screen[Any]) -> None:
+        if not self._shown_in_place(screen):
+            super().bindings_changed(screen)
+
+    def _shown_in_place(self, screen: Screen[Any]) -> bool:
+        """Show the keys the screen's bindings want by hiding and showing the keys composed;
+        False when that cannot do it (nothing composed yet, another screen, keys missing)."""
+        if not self.children or screen is not self.screen:
+            return False
         wanted = _shown_keys(screen)
-        if self.children and wanted == self._shown:
-            return
-        if self.children and screen is self.screen and self._show_only(wanted):
+        if wanted != self._shown:
+            if not self._show_only(wanted):
+                return False
             self._shown = wanted
-            return
-        super().bindings_changed(screen)
+        return True
 
     def _show_only(self, wanted: tuple[Key, ...]) -> bool:
         """Display just ``wanted`` among the keys composed; False if some are missing."""

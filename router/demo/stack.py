@@ -304,8 +304,7 @@ class Demo:
             # An agent's failure at shutdown leaves nothing to clean up.
             with contextlib.suppress(Exception):
                 await cancel_and_wait(task)
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        del results
+        await asyncio.gather(*tasks, return_exceptions=True)  # retrieve how each ended
 
 
 def check_ports_free(fleet: FleetConfig) -> None:
