@@ -18,6 +18,23 @@ from dataclasses import dataclass
 
 from router.config.schema import AdaptiveConfig
 
+@dataclass(frozen=True, slots=True)
+class TunerChange:
+    """One setting a tuner moved: the replica, the setting, old and new value, and why."""
+
+    replica: str
+    setting: str
+    """``weight`` or ``batch_size``."""
+    old: float
+    new: float
+    signal: str
+    """The reading that moved it, in words (``engine queue 12 for 2 rounds``...)."""
+
+    @property
+    def message(self) -> str:
+        return f"{self.replica}: {self.setting} {self.old:.3g} -> {self.new:.3g} ({self.signal})"
+
+
 # Below this busy fraction, throughput says more about the routing than about the card.
 MIN_UTILIZATION = 0.05
 

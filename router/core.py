@@ -19,7 +19,13 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
-from router.adaptive import BatchStreak, WeightInput, retune_batch, retune_weights
+from router.adaptive import (
+    BatchStreak,
+    TunerChange,
+    WeightInput,
+    retune_batch,
+    retune_weights,
+)
 from router.admission_queue import AdmissionQueue
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
@@ -80,6 +86,9 @@ class CoreListener:
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
         """A replica moved from ``old`` to ``replica.state``."""
+
+    def on_tune(self, changes: list[TunerChange]) -> None:
+        """The adaptive tuners changed these settings (never called with an empty list)."""
 
 
 class RouterCore:
@@ -214,12 +223,13 @@ class RouterCore:
         """An immutable view of fleet, queue and statistics now."""
         return build_snapshot(self)
 
-    def tune(self) -> list[str]:
-        """One round of adaptive weights and batch sizes (as configured); what changed."""
+    def tune(self) -> list[TunerChange]:
+        """One round of adaptive weights and batch sizes (as configured); what changed, also
+        told to every listener's ``on_tune``."""
         cfg = self.settings.adaptive
         now = self.clock()
         stale_after = 3 * self.fleet.broker.sample_period_s
-        changes: list[str] = []
+        changes: list[TunerChange] = []
         if cfg.weights:
             inputs = [
                 WeightInput(
@@ -233,7 +243,9 @@ class RouterCore:
             ]
             for r, weight in zip(self.pool, retune_weights(inputs, cfg), strict=True):
                 if weight != r.weight:
-                    changes.append(f"{r.id}: weight {r.weight:.3g} -> {weight:.3g}")
+                    changes.append(
+                        TunerChange(r.id, "weight", r.weight, weight, "measured throughput")
+                    )
                     r.weight = weight
                     self.pool.changed(r)
         if cfg.batch_sizes:
@@ -249,9 +261,13 @@ class RouterCore:
                     cfg,
                 )
                 if size != r.batch_size:
-                    changes.append(f"{r.id}: batch size {r.batch_size} -> {size}")
+                    signal = f"GPU utilization {util:.0%}"
+                    changes.append(TunerChange(r.id, "batch_size", r.batch_size, size, signal))
                     r.batch_size = size
                     self.pool.changed(r)
+        if changes:
+            for listener in self.listeners:
+                listener.on_tune(changes)
         self.dispatch()
         return changes
 

@@ -47,6 +47,11 @@ class EngineLoad:
     """Requests in the engine's running batch."""
     kv_usage: float | None = None
     """KV-cache usage, 0..1 (None: the engine does not say)."""
+    kv_capacity_tokens: int | None = None
+    """Tokens the engine's KV cache holds, as the engine itself publishes it (vLLM's
+    ``vllm:cache_config_info``: blocks times block size); None when it does not say."""
+    preemptions_total: int | None = None
+    """The engine's cumulative count of preempted sequences (a counter: compare readings)."""
 
 
 @dataclass(slots=True, eq=False)

@@ -79,5 +79,5 @@ def test_the_core_applies_tuning_and_skips_pinned_replicas() -> None:
         r.telemetry = Telemetry(utilization=0.3, received_at=clock())
     core.tune()
     changes = core.tune()
-    assert changes == ["r0: batch size 1 -> 2"]
+    assert [c.message for c in changes] == ["r0: batch_size 1 -> 2 (GPU utilization 30%)"]
     assert core.replica("r1").batch_size == 1
