@@ -4,11 +4,13 @@ The console, ``gpurouter ctl``, the admin HTTP API and the MQTT control topic ar
 that build a :data:`Command` (``parse_command`` turns a JSON-like mapping into one) and call
 :meth:`ControlSurface.apply`. Each application is validated, applied to the core, written to the
 audit trail with who and when, and published to subscribers as an :class:`Event`; replica
-state changes the core makes on its own (a drain finishing) are published the same way.
+state changes the core makes on its own (a drain finishing) and every setting the adaptive
+tuners move are published the same way.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from router.adaptive import TunerChange
 from router.core import CoreListener, RouterCore
 from router.errors import ControlError
 from router.replica import Replica, ReplicaState
@@ -95,6 +98,8 @@ COMMANDS: dict[str, type[Command]] = {
 }
 _NAMES = {cls: name for name, cls in COMMANDS.items()}
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -105,7 +110,9 @@ class Event:
     """Wall-clock time (Unix seconds)."""
     actor: str
     kind: str
-    """The command's name (``drain``...) or ``state`` for a change the router made itself."""
+    """The command's name (``drain``...); for a change the router made itself, ``state`` (a
+    replica's state, actor ``router``) or ``tune`` (a weight or batch size the adaptive tuners
+    moved, actor ``tuner``)."""
     args: Mapping[str, Any]
     ok: bool
     message: str
@@ -184,6 +191,8 @@ class ControlSurface(CoreListener):
         self.audit: deque[Event] = deque(maxlen=audit_size)
         self._subscribers: list[Callable[[Event], None]] = []
         self._seq = 0
+        self._unpublished: deque[Event] = deque()
+        self._publishing = False
         core.listeners.append(self)
 
     def apply(self, command: Command, actor: str = "operator") -> Event:
@@ -208,6 +217,18 @@ class ControlSurface(CoreListener):
             True,
             f"{replica.id}: {old} -> {replica.state}",
         )
+
+    def on_tune(self, changes: list[TunerChange]) -> None:
+        """One ``tune`` event per setting moved, actor ``tuner``, in the tuner's order."""
+        for c in changes:
+            args = {
+                "replica": c.replica,
+                "setting": c.setting,
+                "old": c.old,
+                "new": c.new,
+                "signal": c.signal,
+            }
+            self._record("tuner", "tune", args, True, c.message)
 
     def _run(self, command: Command) -> str:
         core = self.core
@@ -236,6 +257,23 @@ class ControlSurface(CoreListener):
         self._seq += 1
         event = Event(self._seq, self.wall_clock(), actor, kind, args, ok, message)
         self.audit.append(event)
-        for callback in list(self._subscribers):
-            callback(event)
+        self._unpublished.append(event)
+        if not self._publishing:  # else a subscriber caused this event: the loop below has it
+            self._publish()
         return event
+
+    def _publish(self) -> None:
+        """Every subscriber sees every event in sequence order, even one recorded from inside
+        a subscriber; a subscriber that raises is logged, and neither stops the others nor
+        reaches the core that caused the event."""
+        self._publishing = True
+        try:
+            while self._unpublished:
+                event = self._unpublished.popleft()
+                for callback in list(self._subscribers):
+                    try:
+                        callback(event)
+                    except Exception:
+                        log.exception("event subscriber %r failed on event %d", callback, event.seq)
+        finally:
+            self._publishing = False

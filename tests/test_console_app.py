@@ -26,6 +26,7 @@ from router.replica import ReplicaState
 from router.strategies import STRATEGIES
 from tests.console_helpers import Rig, drawn_text, loaded_rig, telemetry_for, with_keys
 from tests.fleet_factory import make_fleet
+from tests.tuner_changes import drive_a_tuner_change, tuning_fleet
 
 SIZE = (100, 30)
 
@@ -77,6 +78,20 @@ async def test_drain_by_key_confirms_with_the_impact_then_drains() -> None:
         assert (last.actor, last.kind, last.ok) == ("console", "drain", True)
         assert any("r0: draining" in t for t in toasts(app))
         assert any("r0: draining" in line for line in app.query_one(EventsPane).lines_written)
+
+
+async def test_a_real_tuner_change_appears_in_the_events_pane_as_it_happens() -> None:
+    """At 80x24: the tuning round runs while the console is up, and its change is written to
+    the events pane with the tuner as actor, the values and the signal."""
+    rig = loaded_rig(tuning_fleet(make_fleet(batch_sizes=[4, 4, 2, 2])))
+    app = app_for(rig)
+    async with app.run_test(size=(80, 24)) as pilot:
+        changes = drive_a_tuner_change(rig.core, rig.clock)
+        await pilot.pause()
+        written = app.query_one(EventsPane).lines_written
+        for change in changes:
+            assert any(line.endswith(f" ⇅ tuner: {change.message}") for line in written)
+        assert [e.actor for e in rig.control.audit] == ["tuner"] * len(changes)
 
 
 async def test_cancelled_confirmation_changes_nothing() -> None:

@@ -7,15 +7,16 @@ import pytest
 from console.actions import ACTIONS, BY_ID, RESERVED_KEYS, resolve_keys
 from console.backend import samples_from
 from console.screens.value_input import Answer, parse_value
-from console.view.events import Watch, alerts
+from console.view.events import Watch, alerts, event_line
 from console.view.fleet import SORTS, gpu_rows, select, state_cell, table_rows
 from console.view.format import Tone, bar, duration, sparkline
 from console.view.header import Modes, header_lines
 from console.view.impact import impact, impact_lines
 from console.view.models import model_rows
+from router.adaptive import TunerChange
 from router.errors import ConfigError
 from router.telemetry.status import DISABLED
-from tests.console_helpers import loaded_rig, telemetry_for
+from tests.console_helpers import WALL, loaded_rig, telemetry_for
 
 
 def _text(line: tuple[tuple[str, Tone], ...]) -> str:
@@ -180,6 +181,19 @@ def test_preempt_impact_separates_requeued_streaming_and_kept_high_priority() ->
     if high:
         assert f"{high} high-priority keep running" in text
     assert text.startswith("⚠ r0's data is stale")
+
+
+def test_a_tuner_event_line_names_the_tuner_the_replica_the_values_and_the_signal() -> None:
+    """Marked as a change the router made itself (not an operator's ✔), in words as well."""
+    rig = loaded_rig()
+    change = TunerChange("v100-0", "batch_size", 256, 192, "engine queue 40 for 2 rounds")
+    rig.control.on_tune([change])
+    line = event_line(rig.control.audit[-1])
+    assert _text(line) == (
+        "22:13:20Z ⇅ tuner: v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)"
+    )
+    assert line[1] == (" ⇅ ", Tone.ACCENT)
+    assert rig.control.audit[-1].at == WALL
 
 
 def test_alerts_fire_on_changes_for_the_worse_and_on_recovery() -> None:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from console import cli
+from router.adaptive import TunerChange
 from router.control import SetWeight
 from router.http.server import RouterServer
 from router.replica import ReplicaState
@@ -242,6 +243,50 @@ async def test_events_follow_exits_3_when_the_router_stops(
     assert await asyncio.wait_for(follower, timeout=10) == 3
     err = capsys.readouterr().err
     assert err == "gpurouter ctl: error: the router closed the event stream (it is stopping)\n"
+
+
+async def test_events_show_each_tuner_change_and_json_carries_its_fields(
+    server: RouterServer, ctl: Ctl
+) -> None:
+    """A tuner change travels like any audit event: the admin API's events, then ctl."""
+    change = TunerChange("b", "batch_size", 256, 192, "engine queue 40 for 2 rounds")
+    server.control.on_tune([change])
+    listed = await ctl("--admin", server.admin_url, "events")
+    (line,) = listed.out.splitlines()
+    assert line.endswith(
+        "  tuner  tune  ok  b: batch_size 256 -> 192 (engine queue 40 for 2 rounds)"
+    )
+    as_json = await ctl("--admin", server.admin_url, "events", "--json")
+    (event,) = [json.loads(line) for line in as_json.out.splitlines()]
+    assert (event["actor"], event["kind"], event["ok"]) == ("tuner", "tune", True)
+    assert event["args"] == {
+        "replica": "b",
+        "setting": "batch_size",
+        "old": 256,
+        "new": 192,
+        "signal": "engine queue 40 for 2 rounds",
+    }
+
+
+async def test_events_follow_prints_a_tuner_change_as_it_happens(
+    server: RouterServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.control.apply(SetWeight("a", 2.0), actor="alice")
+    argv = ["ctl", "--admin", server.admin_url, "events", "--follow", "--count", "2"]
+    follower = asyncio.ensure_future(asyncio.to_thread(cli.main, argv))
+    printed = ""
+
+    def first_line_printed() -> bool:
+        nonlocal printed
+        printed += capsys.readouterr().out
+        return "\n" in printed
+
+    await until(first_line_printed, timeout=10)  # the backlog is out: the stream is open
+    server.control.on_tune([TunerChange("a", "weight", 2.0, 2.6, "measured throughput")])
+    assert await asyncio.wait_for(follower, timeout=10) == 0
+    lines = (printed + capsys.readouterr().out).splitlines()
+    assert [line.split()[3] for line in lines] == ["alice", "tuner"]
+    assert lines[1].endswith("  tune  ok  a: weight 2 -> 2.6 (measured throughput)")
 
 
 async def test_decisions_explain_where_requests_went(server: RouterServer, ctl: Ctl) -> None:

@@ -174,3 +174,19 @@ def test_a_decision_is_one_line_naming_every_candidate() -> None:
 def test_the_docs_list_the_same_exit_codes_as_the_help() -> None:
     docs = (Path(__file__).resolve().parents[1] / "docs" / "ctl.md").read_text()
     assert EXIT_CODES in docs
+
+
+def test_a_tuner_event_is_one_line_whose_message_says_what_moved_and_why() -> None:
+    """Its arguments would repeat the message, so only ``--json`` carries them."""
+    tune = {
+        "seq": 8,
+        "at": 1_700_000_000.0,
+        "actor": "tuner",
+        "kind": "tune",
+        "args": {"replica": "v100-0", "setting": "batch_size", "old": 256, "new": 192},
+        "ok": True,
+        "message": "v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)",
+    }
+    assert event_line(tune).endswith(
+        "  tuner  tune  ok  v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)"
+    )

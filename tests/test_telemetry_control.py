@@ -21,6 +21,7 @@ from router.telemetry.control_topics import (
 from router.telemetry.topics import Topics
 from tests.mqtt_fixtures import Broker, until
 from tests.telemetry_helpers import fleet, quick_backoff, target
+from tests.tuner_changes import drive_a_tuner_change, tuning_core
 
 TOPICS = Topics("h100-a100-l4")
 
@@ -106,6 +107,38 @@ async def test_routers_acknowledge_publish_stats_and_events(mqtt_broker: Broker)
         assert seen["ra"]["router"] == "ra"  # routers/ra/stats
         assert seen["events"]["actor"] == "mqtt:operator"
         assert surface.audit[-1].message == "no replica 'ghost'"
+
+
+async def test_a_real_tuner_change_is_published_on_the_events_topic(mqtt_broker: Broker) -> None:
+    """A tuning round of the core reaches the MQTT events topic, as the audit trail has it."""
+    core, clock = tuning_core()
+    surface = ControlSurface(core)
+    link = ControlLink(
+        surface, target=target(mqtt_broker.url), router_id="ra", backoff=quick_backoff()
+    )
+    topics = Topics(core.fleet.cluster)
+    async with (
+        linked(link),
+        aiomqtt.Client("127.0.0.1", mqtt_broker.port, identifier="watcher") as watcher,
+    ):
+        await watcher.subscribe(topics.events, qos=1)
+        await until(lambda: link.connected, what="link up")
+        changes = drive_a_tuner_change(core, clock)
+        published: list[dict[str, object]] = []
+        async with asyncio.timeout(10):
+            async for message in watcher.messages:
+                published.append(json.loads(message.payload))
+                if len(published) == len(changes):
+                    break
+    assert [(p["router"], p["actor"], p["kind"], p["ok"]) for p in published] == [
+        ("ra", "tuner", "tune", True)
+    ] * len(changes)
+    assert [p["message"] for p in published] == [c.message for c in changes]
+    assert [p["args"] for p in published] == [
+        {"replica": c.replica, "setting": c.setting, "old": c.old, "new": c.new, "signal": c.signal}
+        for c in changes
+    ]
+    assert [p["seq"] for p in published] == [e.seq for e in surface.audit]
 
 
 def test_a_command_is_applied_once_per_version_and_only_on_its_own_slot() -> None:

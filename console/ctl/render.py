@@ -29,6 +29,9 @@ LEGEND = (
 
 State = Mapping[str, Any]
 
+_SELF_DESCRIBED = frozenset({"state", "tune"})
+"""Event kinds whose message says all their arguments do."""
+
 
 def print_status(state: State, out: TextIO) -> None:
     """Write the status view to ``out`` (colour only where ``out`` is a terminal)."""
@@ -147,11 +150,15 @@ def telemetry_lines(telemetry: State) -> list[str]:
 
 
 def event_line(event: State) -> str:
-    """``   7 2025-06-01 12:00:03  alice  drain replica=a100-0  ok  a100-0: draining...``."""
+    """``   7 2025-06-01 12:00:03  alice  drain replica=a100-0  ok  a100-0: draining...``.
+
+    A ``state`` or ``tune`` event shows no arguments: its message already says what changed
+    (``tuner  tune  ok  v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)``), and
+    ``--json`` has them."""
     when = datetime.fromtimestamp(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
     kind = str(event["kind"])
     what = kind
-    if kind != "state":  # a state change's message already says what changed
+    if kind not in _SELF_DESCRIBED:
         args = " ".join(f"{k}={_arg(v)}" for k, v in event["args"].items())
         what = f"{kind} {args}".rstrip()
     verdict = "ok" if event["ok"] else "REFUSED"

@@ -17,9 +17,14 @@ def clock_text(unix: float) -> str:
 
 
 def event_line(e: Event) -> tuple[Cell, ...]:
+    """``14:03:07Z ✔ console: r1: weight set to 2.5``; a change the router made itself is marked
+    ``↺`` (a replica's state) or ``⇅`` (a tuner's change:
+    ``⇅ tuner: v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)``)."""
     mark, tone = ("✔", Tone.OK) if e.ok else ("✖", Tone.BAD)
     if e.kind == "state":
         mark, tone = "↺", Tone.ACCENT
+    elif e.kind == "tune":
+        mark, tone = "⇅", Tone.ACCENT
     return (
         (clock_text(e.at), Tone.DIM),
         (f" {mark} ", tone),

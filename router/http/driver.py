@@ -4,20 +4,25 @@ The core is synchronous and knows nothing of tasks. A request handler submits th
 :meth:`AsyncRouter.submit` and gets a :class:`Ticket`; the core's events about that request
 (an assignment to try, or the request's ending) arrive on the ticket in order. When the core
 cancels an attempt (preemption), the ticket's ``on_cancel`` hook lets the handler stop its
-upstream call. Timers expire deadlines and run the adaptive tuners.
+upstream call. Timers expire deadlines and run the adaptive tuners; a timer whose step raises
+logs it and keeps running (the tuners' changes themselves reach the audit trail through the
+control surface, a listener of the core like this driver).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import logging
+from collections import Counter, deque
 from collections.abc import Callable
 
 from router.core import Assignment, CoreListener, Finished, RouterCore
 from router.request import Request
 
 Event = Assignment | Finished
+
+log = logging.getLogger(__name__)
 
 
 class Ticket:
@@ -61,6 +66,8 @@ class AsyncRouter(CoreListener):
         self.expire_every_s = expire_every_s
         self._tickets: dict[str, Ticket] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.timer_failures: Counter[str] = Counter()
+        """Per timer (``expire``, ``tune``), the steps that raised since start."""
         core.listeners.append(self)
 
     # ---- for handlers ----------------------------------------------------------------------
@@ -102,10 +109,13 @@ class AsyncRouter(CoreListener):
 
     def start(self) -> None:
         """Start the timers on the running loop."""
-        self._tasks.append(asyncio.create_task(self._expire_loop(), name="router-expire"))
+        expire = self._every("expire", self.expire_every_s, self.core.expire)
+        self._tasks.append(asyncio.create_task(expire, name="router-expire"))
         adaptive = self.core.settings.adaptive
         if adaptive.weights or adaptive.batch_sizes:
-            self._tasks.append(asyncio.create_task(self._tune_loop(), name="router-tune"))
+            # What changed needs no handling here: the core tells its listeners (on_tune).
+            tune = self._every("tune", adaptive.interval_s, self.core.tune)
+            self._tasks.append(asyncio.create_task(tune, name="router-tune"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -115,13 +125,18 @@ class AsyncRouter(CoreListener):
                 await task
         self._tasks.clear()
 
-    async def _expire_loop(self) -> None:
+    async def _every(self, name: str, interval_s: float, step: Callable[[], object]) -> None:
+        """Run ``step`` every ``interval_s``; one that raises is counted and logged (the 1st,
+        2nd, 4th, 8th... failure, so a step failing each round cannot flood the log), and the
+        timer goes on."""
         while True:
-            await asyncio.sleep(self.expire_every_s)
-            self.core.expire()
-
-    async def _tune_loop(self) -> None:
-        interval = self.core.settings.adaptive.interval_s
-        while True:
-            await asyncio.sleep(interval)
-            self.core.tune()
+            await asyncio.sleep(interval_s)
+            try:
+                step()
+            except Exception:
+                self.timer_failures[name] += 1
+                n = self.timer_failures[name]
+                if n & (n - 1) == 0:
+                    log.exception(
+                        "router %s timer: step failed (%d so far); still running", name, n
+                    )
