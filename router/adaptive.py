@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from router.config.schema import AdaptiveConfig
 
+
 @dataclass(frozen=True, slots=True)
 class TunerChange:
     """One setting a tuner moved: the replica, the setting, old and new value, and why."""

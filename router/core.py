@@ -27,6 +27,7 @@ from router.adaptive import (
     retune_weights,
 )
 from router.admission_queue import AdmissionQueue
+from router.capacity import FleetCapacity
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.decision_log import EXPLAINED_PER_S, DecisionLog
@@ -58,6 +59,8 @@ class Assignment:
     replica: Replica
     started: float
     first_byte: float | None = None
+    expected_s: float = 0.0
+    """What the replica's learned capacity predicted this attempt would take, when sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class RouterCore:
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
         self.pool = ReplicaPool(fleet.replicas)
+        self.capacity = FleetCapacity(fleet, self.pool.replicas, self.settings.cost.prompt_factor)
+        """Each replica's learned service rate and KV size (router/capacity.py)."""
+        self.capacity.refresh(clock())
         self.queue = AdmissionQueue(self.settings.queue.size)
         self.stats = [ReplicaStats() for _ in self.pool]
         self.outcomes: Counter[Outcome] = Counter()
@@ -163,6 +169,10 @@ class RouterCore:
         stats.output_tokens.add(now, output_tokens if output_tokens is not None else req.max_tokens)
         stats.e2e.add(now - req.arrival)
         r.latency.observe((now - a.started) / max(req.cost, 1.0), now)
+        if a.expected_s > 0:
+            r.slowdown.observe((now - a.started) / a.expected_s, now)
+        produced = output_tokens if output_tokens is not None else req.max_tokens
+        self.capacity.completed(r, req.prompt_tokens, produced, req.cost, now)
         r.completed += 1
         self._finish(req, Outcome.COMPLETED, replica=r.id)
         self._settle(r)
@@ -203,11 +213,23 @@ class RouterCore:
         return None
 
     def expire(self) -> list[Finished]:
-        """End the requests whose deadline passed while they waited."""
+        """End the requests whose deadline passed while they waited (and, once a second,
+        refresh the learned capacities: every driver calls this on a timer)."""
+        now = self.clock()
+        if self.capacity.due(now):
+            self.refresh_capacity()
         return [
             self._finish(req, Outcome.EXPIRED, "deadline passed in the queue")
-            for req in self.queue.expire(self.clock())
+            for req in self.queue.expire(now)
         ]
+
+    def refresh_capacity(self) -> None:
+        """Recompute learned capacities now and re-rank the replicas whose figures moved."""
+        changed = self.capacity.refresh(self.clock())
+        for r in changed:
+            self.pool.changed(r)
+        if changed:
+            self.dispatch()
 
     def retry_after(self) -> float:
         """Seconds a rejected client should wait: the queue's drain time at the current rate."""
@@ -309,7 +331,9 @@ class RouterCore:
             log.append(self.strategy.explain(req, now, r))
         self.queue.remove(req)
         req.attempts += 1
-        a = Assignment(req, r, now)
+        a = Assignment(req, r, now, expected_s=r.expected_seconds(req.cost))
+        self.capacity.advance(r, now)
+        self.stats[r.index].cost_sent.add(now, req.cost)
         r.running[req.id] = req
         r.outstanding_cost += req.cost
         self._running[req.id] = a
@@ -435,6 +459,7 @@ class RouterCore:
     def _release(self, a: Assignment) -> None:
         del self._running[a.request.id]
         r = a.replica
+        self.capacity.advance(r, self.clock())
         del r.running[a.request.id]
         # Recomputing when empty keeps float drift from piling up over millions of requests.
         r.outstanding_cost = r.outstanding_cost - a.request.cost if r.running else 0.0

@@ -16,7 +16,15 @@ from router.replica import Replica
 class ReplicaPool:
     def __init__(self, configs: Sequence[ReplicaConfig]) -> None:
         self.replicas: list[Replica] = [
-            Replica(index=i, config=c, weight=c.weight, batch_size=c.batch_size)
+            Replica(
+                index=i,
+                config=c,
+                weight=c.weight,
+                batch_size=c.batch_size,
+                speed=c.weight,
+                kv_limit=c.kv_capacity_tokens,
+                kv_tokens=c.kv_capacity_tokens,
+            )
             for i, c in enumerate(configs)
         ]
         self.by_id: dict[str, Replica] = {r.id: r for r in self.replicas}

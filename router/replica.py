@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -79,6 +80,20 @@ class Replica:
     """What the node's agent last said (None: no agent heard from)."""
     completed: int = 0
     failed: int = 0
+    speed: float = 1.0
+    """Learned service rate in cost units per second (router/capacity.py), or the operator's
+    pinned weight turned into one: what every load-aware strategy divides load by."""
+    kv_limit: int | None = None
+    """Tokens the replica's KV cache holds for certain: the engine's own figure, else the
+    fleet file's; None: not known for certain (a request is then never refused for size)."""
+    kv_tokens: int | None = None
+    """The best estimate of the same: ``kv_limit``, else the performance model's prior."""
+    efficiency: Sequence[float] = (0.0, 1.0)
+    """Share of ``speed`` the replica reaches with ``c`` requests running (index ``c``; past
+    the end, the last value): a batching engine needs many requests to reach its full rate."""
+    slowdown: PeakEwma = field(default_factory=lambda: PeakEwma(initial=1.0))
+    """Peak EWMA of each request's measured duration over what ``expected_seconds``
+    predicted when it was sent: above 1, the replica is slower now than learned."""
 
     @property
     def id(self) -> str:
@@ -87,6 +102,14 @@ class Replica:
     @property
     def in_flight(self) -> int:
         return len(self.running)
+
+    def expected_seconds(self, cost: float) -> float:
+        """Seconds to finish the work already here plus ``cost`` more, at the learned rate
+        and the efficiency of running one more request."""
+        eff = self.efficiency
+        c = len(self.running) + 1
+        share = eff[c] if c < len(eff) else eff[-1]
+        return (self.outstanding_cost + cost) / (self.speed * max(share, 1e-3))
 
     @property
     def has_slot(self) -> bool:
@@ -110,7 +133,7 @@ class Replica:
             return False
         need = request.total_tokens
         limit = self.config.max_context_tokens
-        kv = self.config.kv_capacity_tokens
+        kv = self.kv_limit
         return (limit is None or need <= limit) and (kv is None or need <= kv)
 
     def can_take(self, request: Request) -> bool:

@@ -60,11 +60,14 @@ def percentile(values: list[float], q: float) -> float | None:
 class ReplicaStats:
     """What the router has seen a replica do, for snapshots."""
 
-    __slots__ = ("completions", "cost_done", "e2e", "output_tokens", "retries", "ttft")
+    __slots__ = ("completions", "cost_done", "cost_sent", "e2e", "output_tokens", "retries", "ttft")
 
     def __init__(self) -> None:
         self.completions = RateWindow()
         self.cost_done = RateWindow()
+        self.cost_sent = RateWindow()
+        """Estimated cost dispatched to the replica: its offered load, for the imbalance
+        factor."""
         self.output_tokens = RateWindow()
         self.ttft = LatencyWindow()
         self.e2e = LatencyWindow()

@@ -93,12 +93,12 @@ async def test_strategy_switches_the_running_router_with_params(
     assert plain.out == "strategy is now least-connections\n"
     assert server.core.strategy.name == "least-connections"
     with_param = await ctl(
-        "--admin", url, "strategy", "p2c-peak-ewma", "--param", "prior_latency=0.5"
+        "--admin", url, "strategy", "capacity-aware", "--param", "stale_after_s=0.5"
     )
     assert with_param.code == 0
-    assert server.core.strategy.name == "p2c-peak-ewma"
-    (event,) = [e for e in server.control.audit if e.args.get("name") == "p2c-peak-ewma"]
-    assert event.args["params"] == {"prior_latency": 0.5}  # read as a number, not text
+    assert server.core.strategy.name == "capacity-aware"
+    (event,) = [e for e in server.control.audit if e.args.get("name") == "capacity-aware"]
+    assert event.args["params"] == {"stale_after_s": 0.5}  # read as a number, not text
 
 
 async def test_weight_pins_and_releases(server: RouterServer, ctl: Ctl) -> None:

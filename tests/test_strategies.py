@@ -87,7 +87,7 @@ def test_create_strategy_refuses_an_unknown_parameter(name: str) -> None:
         ("affinity", {"balance": True}, "balance must be a number"),
         ("capacity-aware", {"stale_after_s": -1}, "stale_after_s must be positive"),
         ("capacity-aware", {"stale_after_s": "3"}, "stale_after_s must be a number"),
-        ("p2c-peak-ewma", {"prior_latency": math.nan}, "prior_latency must be a positive"),
+        ("p2c-peak-ewma", {"prior_latency": 1.0}, "takes no parameter 'prior_latency'"),
     ],
 )
 def test_create_strategy_refuses_bad_parameter_values_with_a_clear_message(
@@ -100,7 +100,7 @@ def test_create_strategy_refuses_bad_parameter_values_with_a_clear_message(
 def test_create_strategy_accepts_documented_parameters() -> None:
     assert isinstance(create_strategy("affinity", {"vnodes": 8, "balance": 2}), Affinity)
     assert create_strategy("capacity-aware", {"stale_after_s": 1}).describe_params()
-    assert isinstance(create_strategy("p2c-peak-ewma", {"prior_latency": 0.02}), P2CPeakEwma)
+    assert isinstance(create_strategy("p2c-peak-ewma", {}), P2CPeakEwma)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -339,60 +339,65 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
         if not eligible:
             assert chosen is None
             continue
-        best = min((r.outstanding_cost + req.cost) / r.weight for r in eligible)
+        best = min((r.outstanding_cost + req.cost) / r.speed for r in eligible)
         assert chosen is not None
-        assert (chosen.outstanding_cost + req.cost) / chosen.weight <= best * (1 + 1e-12)
+        assert (chosen.outstanding_cost + req.cost) / chosen.speed <= best * (1 + 1e-12)
 
 
 # ---- power of two choices ------------------------------------------------------------------
 
 
-def test_p2c_prefers_the_replica_with_the_lower_measured_latency() -> None:
-    pool = weighted_pool([1.0, 1.0])
+def test_p2c_sends_a_replica_work_in_proportion_to_its_learned_capacity() -> None:
+    """Two replicas, one learned 4x as fast: under saturation P2C keeps their expected
+    finishing times level, so the fast one holds about 4x the work."""
+    pool = weighted_pool([1.0, 1.0], batch_size=1000)
+    pool.replicas[0].speed, pool.replicas[1].speed = 4000.0, 1000.0
+    for r in pool:
+        pool.changed(r)
     s = attach("p2c-peak-ewma", pool)
-    pool.replicas[0].latency.observe(0.01, 0.0)
-    pool.replicas[1].latency.observe(0.05, 0.0)
-    for replica in pool:
-        pool.changed(replica)
-    for _ in range(12):
-        r = s.pick(request(), 0.0)
+    for _ in range(200):
+        req = request()
+        r = s.pick(req, 0.0)
         assert r is not None
-        dispatch(pool, r, request())
-    # Cost is latency * (in flight + 1): the fast one takes ~5x as many before they cross.
-    assert [r.in_flight for r in pool] == [10, 2]
+        dispatch(pool, r, req)
+    fast, slow = (r.in_flight for r in pool)
+    assert fast + slow == 200
+    assert 3.5 <= fast / slow <= 4.5
 
 
-def test_p2c_prior_scales_the_median_latency_by_weight_until_a_sample_arrives() -> None:
-    pool = weighted_pool([2.0, 2.0, 2.0, 4.0, 1.0])
+def test_p2c_avoids_a_replica_slower_now_than_learned() -> None:
+    """A replica whose recent requests took 5x what its capacity predicted (peak EWMA) is
+    picked far less, though its learned capacity is the same as its peer's."""
+    pool = weighted_pool([1.0, 1.0], batch_size=1000)
+    pool.replicas[1].slowdown.observe(5.0, 0.0)
     s = attach("p2c-peak-ewma", pool)
-    assert isinstance(s, P2CPeakEwma)
-    assert s.latency_estimate(pool.replicas[3]) == pytest.approx(0.25)  # 1.0 / weight
-    for r, value in zip(pool.replicas[:3], [0.02, 0.03, 0.04], strict=True):
-        r.latency.observe(value, 0.0)
+    for _ in range(120):
+        req = request()
+        r = s.pick(req, 0.0)
+        assert r is not None
+        dispatch(pool, r, req)
+    healthy, slowed = (r.in_flight for r in pool)
+    assert healthy >= 4 * slowed
+
+
+def test_p2c_draws_by_capacity_so_a_fast_card_is_not_capped_at_two_in_n() -> None:
+    """Uniform draws make a replica a candidate in about 2/n of the picks whatever its speed.
+    Drawn by learned capacity, a card with 12 of 15 units of capacity wins far more: it is
+    idle and fastest, so it wins whenever it is drawn: first 12/15, else second 12/14, 0.971
+    in all (uniform draws would give 0.5). Binomial(3000, 0.971): 5 sd is 46."""
+    pool = weighted_pool([1.0, 1.0, 1.0, 1.0])
+    for r, speed in zip(pool, [12_000.0, 1_000.0, 1_000.0, 1_000.0], strict=True):
+        r.speed = speed
         pool.changed(r)
-    assert s.latency_estimate(pool.replicas[3]) == pytest.approx(0.03 * 2.0 / 4.0)
-    assert s.latency_estimate(pool.replicas[4]) == pytest.approx(0.03 * 2.0 / 1.0)
-    assert "prior" in s.note(request(), pool.replicas[4])
-
-
-def test_p2c_draws_by_weight_so_a_light_card_is_in_the_running_less_often() -> None:
-    pool = weighted_pool([4.0, 4.0, 4.0, 1.0])
     s = attach("p2c-peak-ewma", pool, seed=9)
-    for r, value in zip(pool, [0.02, 0.02, 0.02, 0.01], strict=True):
-        r.latency.observe(value, 0.0)
-        pool.changed(r)
-    # r3 is the fastest, so it wins exactly when drawn: 1/13 first, else 1/9 second,
-    # 0.1795 in all (uniform draws would give 0.5). Binomial(3000, 0.1795): 5 sd is 105.
     counts = Counter(r.id for r in (pick_and_run(s, request()) for _ in range(3000)) if r)
-    assert abs(counts["r3"] - 3000 * (1 / 13 + 12 / 13 / 9)) < 105
+    assert abs(counts["r0"] - 3000 * (12 / 15 + 3 / 15 * 12 / 14)) < 46
 
 
-def test_p2c_breaks_a_tie_in_favour_of_the_heavier_replica() -> None:
+def test_p2c_breaks_a_tie_in_favour_of_the_faster_replica() -> None:
     pool = weighted_pool([4.0, 1.0])
     s = attach("p2c-peak-ewma", pool)
-    for r in pool:
-        r.latency.observe(0.02, 0.0)
-        pool.changed(r)
+    assert s.score(pool.replicas[0], request(), 0.0) < s.score(pool.replicas[1], request(), 0.0)
     assert all(pick_and_run(s, request()) is pool.replicas[0] for _ in range(50))
 
 

@@ -2,7 +2,9 @@
 
 Fleets: 1-24 replicas, weights 0.1-8, batch sizes 1-16, KV capacities and context limits
 known or not, two tiers. Histories: picks (each dispatched when it finds a replica), completions,
-state, weight and batch-size changes, telemetry and latency samples. After every pick the
+state, weight, learned-capacity and batch-size changes, telemetry, engine queue readings and
+latency samples. Every load-aware strategy must pick a replica whose load relative to its
+learned capacity is lowest by the strategy's own rule: never one strictly more loaded. After every pick the
 choice is checked against a brute-force reading of the pool; after every history the
 strategy's own indexes are checked against the pool they index.
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -22,13 +23,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.pool import ReplicaPool
-from router.replica import Replica, ReplicaState, Telemetry
+from router.replica import EngineLoad, Replica, ReplicaState, Telemetry
 from router.request import Request
 from router.strategies import STRATEGIES, Strategy, create_strategy
 from router.strategies._index import ScoreIndex
 from router.strategies.affinity import Affinity
 from router.strategies.capacity_aware import CapacityAware
-from router.strategies.least_connections import LeastConnections
+from router.strategies.least_connections import LeastConnections, WeightedLeastConnections
+from router.strategies.least_tokens import LeastOutstandingTokens
 from router.strategies.p2c_peak_ewma import P2CPeakEwma
 from router.strategies.random_choice import WeightedRandom
 from router.strategies.round_robin import RoundRobin
@@ -78,6 +80,8 @@ operations = st.lists(
         st.sampled_from([ReplicaState.ACTIVE, ReplicaState.DRAINING, ReplicaState.EJECTED]),
     )
     | st.tuples(st.just("weight"), slot, weights)
+    | st.tuples(st.just("speed"), slot, st.floats(1.0, 20_000.0))
+    | st.tuples(st.just("engine"), slot, st.integers(0, 5), st.floats(0.0, 6.0))
     | st.tuples(st.just("batch"), slot, st.integers(1, 16))
     | st.tuples(st.just("telemetry"), slot, st.floats(0.0, 1.0), st.floats(0.0, 6.0))
     | st.tuples(st.just("latency"), slot, st.floats(0.001, 1.0)),
@@ -97,6 +101,13 @@ def _apply(pool: ReplicaPool, op: tuple[Any, ...], now: float) -> None:
     elif kind == "weight":
         r.weight = op[2]
         pool.changed(r)
+    elif kind == "speed":
+        # A learned capacity moved (router/capacity.py pushes it through pool.changed).
+        r.speed = op[2]
+        pool.changed(r)
+    elif kind == "engine":
+        # Engine /metrics arrive on the poller's timer: read at pick time, like telemetry.
+        r.engine = EngineLoad("vllm", received_at=now - op[3], waiting=op[2])
     elif kind == "batch":
         r.batch_size = op[2]
         pool.changed(r)
@@ -111,10 +122,17 @@ def _apply(pool: ReplicaPool, op: tuple[Any, ...], now: float) -> None:
 def _check_pick(s: Strategy, req: Request, chosen: Replica | None, now: float) -> None:
     can = [r for r in s.pool if r.can_take(req)]
     if isinstance(s, CapacityAware):
-        # Its rule exactly: least outstanding work among those with room now, else wait.
-        can = [r for r in can if _kv_room(r, now, s.stale_after_s) >= req.total_tokens]
+        # Its rule exactly: least outstanding work per unit of capacity among those with
+        # room now and no fresh engine queue while running ours, else wait.
+        can = [
+            r
+            for r in can
+            if _kv_room(r, now, s.stale_after_s) >= req.total_tokens
+            and not _engine_queueing(r, now, s.stale_after_s)
+        ]
         if chosen is not None:
-            assert chosen.outstanding_cost == min(r.outstanding_cost for r in can)
+            load = chosen.outstanding_cost / chosen.speed
+            assert load == min(r.outstanding_cost / r.speed for r in can)
     if chosen is None:
         assert not can, f"{s.name} left the request waiting though {can[0].id} could take it"
         return
@@ -130,7 +148,7 @@ def _check_pick(s: Strategy, req: Request, chosen: Replica | None, now: float) -
 
 def _kv_room(r: Replica, now: float, stale_after_s: float) -> float:
     """Free KV tokens by the capacity-aware rule, from the replica's raw state."""
-    capacity = r.config.kv_capacity_tokens
+    capacity = r.kv_tokens
     if capacity is None:
         return math.inf
     t = r.telemetry
@@ -139,19 +157,30 @@ def _kv_room(r: Replica, now: float, stale_after_s: float) -> float:
     return capacity - sum(q.prompt_tokens + q.max_tokens for q in r.running.values())
 
 
+def _engine_queueing(r: Replica, now: float, stale_after_s: float) -> bool:
+    e = r.engine
+    fresh = e is not None and now - e.received_at < stale_after_s
+    return fresh and e is not None and (e.waiting or 0) > 0 and r.in_flight > 0
+
+
 def _brute_force_best(s: Strategy, req: Request, can: list[Replica]) -> float | None:
-    """The minimum score a min-score strategy must reach; None for the others."""
+    """The minimum load over learned capacity a min-score strategy must reach, by its own
+    definition of load; None for the others."""
     if isinstance(s, Tiered):
         strong = [r for r in can if s.is_strong(r)]
         if s.is_heavy(req) and strong:
             can = strong
-        return min((r.in_flight + 1) / r.weight for r in can)
+        return min((r.in_flight + 1) / r.speed for r in can)
     if isinstance(s, ShortestExpectedDelay):
-        return min((r.outstanding_cost + req.cost) / r.weight for r in can)
+        return min((r.outstanding_cost + req.cost) / r.speed for r in can)
+    if isinstance(s, LeastOutstandingTokens):
+        return min(r.outstanding_cost / r.speed for r in can)
+    if isinstance(s, WeightedLeastConnections):
+        return min((r.in_flight + 1) / r.speed for r in can)
     if isinstance(s, LeastConnections):
-        return min(s.key(r) for r in can)
+        return min(r.in_flight / r.speed for r in can)
     if isinstance(s, Affinity) and req.affinity_key is None:
-        return min((r.in_flight + 1) / r.weight for r in can)
+        return min((r.in_flight + 1) / r.speed for r in can)
     return None
 
 
@@ -160,8 +189,14 @@ def _ring_walk(s: Affinity, req: Request, can: list[Replica]) -> Replica:
     assert req.affinity_key is not None
     key = req.affinity_key
     ordered = sorted(can, key=lambda r: (s.ring_distance(r, key), r.index))
-    bound = s.load_bound()
-    return next((r for r in ordered if r.in_flight < bound), ordered[0])
+    active = [r for r in s.pool if r.state is ReplicaState.ACTIVE]
+    total, speed = sum(r.in_flight for r in active), sum(r.speed for r in active)
+
+    def bound(r: Replica) -> int:
+        # Its share of the fleet's load by learned capacity, with the balance allowance.
+        return math.ceil(s.balance * (total + 1) * r.speed / speed) if speed > 0 else 0
+
+    return next((r for r in ordered if r.in_flight < bound(r)), ordered[0])
 
 
 def _check_indexes(s: Strategy) -> None:
@@ -181,17 +216,17 @@ def _check_indexes(s: Strategy) -> None:
         assert math.isclose(s._open_weight, sum(r.weight for r in pool if r.has_slot), abs_tol=1e-9)
         entries = [e for e in s._pending + s._eligible if s._version[e[1]] == e[2]]
         assert sorted(e[1] for e in entries) == [r.index for r in pool if r.has_slot]
-    if isinstance(s, WeightedRandom | P2CPeakEwma):
+    if isinstance(s, WeightedRandom):
         assert s._max.value == max(r.weight for r in pool)
     if isinstance(s, P2CPeakEwma):
-        known = [r for r in pool if r.latency.value is not None]
-        lat = [r.latency.value for r in known if r.latency.value is not None]
-        assert s._latencies.median() == (statistics.median(lat) if lat else None)
-        assert s._weights.median() == (statistics.median(r.weight for r in known) if lat else None)
+        assert s._max.value == max(r.speed for r in pool)
     if isinstance(s, Affinity):
         active = [r for r in pool if r.state is ReplicaState.ACTIVE]
         assert s._n_active == len(active)
         assert s._total == sum(r.in_flight for r in active)
+        # A running sum of floats: equal up to rounding relative to the largest speed.
+        tolerance = 1e-9 * max(r.speed for r in pool)
+        assert math.isclose(s._speed_total, sum(r.speed for r in active), abs_tol=tolerance)
     if isinstance(s, CapacityAware):
         assert s._held == [sum(q.total_tokens for q in r.running.values()) for r in pool]
 

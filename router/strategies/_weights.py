@@ -1,6 +1,9 @@
 """Weight bookkeeping shared by the weighted strategies: the fleet's largest weight, and
 drawing an open replica with probability proportional to its weight.
 
+"Weight" is a function of the replica: the fixed splits use the effective weight
+(``Replica.weight``), power of two choices the learned speed (``Replica.speed``).
+
 Drawing is rejection sampling over the pool's open index: pick an open replica uniformly in
 O(1), keep it with probability ``weight / max_weight``. Conditioned on acceptance that is
 exactly weight-proportional, so a bounded number of tries followed by an exact O(n) scan gives
@@ -17,6 +20,13 @@ from collections.abc import Callable, Iterable
 from router.pool import ReplicaPool
 from router.replica import Replica
 
+WeightOf = Callable[[Replica], float]
+
+
+def effective_weight(r: Replica) -> float:
+    return r.weight
+
+
 DRAW_TRIES = 16
 """Rejection tries before the exact scan; at acceptance 1/2 all fail with odds 1.5e-5."""
 SCAN_BELOW = 4
@@ -26,19 +36,20 @@ SCAN_BELOW = 4
 class MaxWeight:
     """The largest effective weight among some replicas, kept current as weights change."""
 
-    __slots__ = ("_weights", "value")
+    __slots__ = ("_weights", "value", "weight_of")
 
-    def __init__(self) -> None:
+    def __init__(self, weight_of: WeightOf = effective_weight) -> None:
+        self.weight_of = weight_of
         self._weights: dict[int, float] = {}
         self.value = 0.0
 
     def rebuild(self, replicas: Iterable[Replica]) -> None:
-        self._weights = {r.index: r.weight for r in replicas}
+        self._weights = {r.index: self.weight_of(r) for r in replicas}
         self.value = max(self._weights.values(), default=0.0)
 
     def update(self, replica: Replica) -> None:
         old = self._weights[replica.index]
-        new = replica.weight
+        new = self.weight_of(replica)
         if new == old:
             return
         self._weights[replica.index] = new
@@ -55,20 +66,24 @@ def draw_weighted(
     rng: random.Random,
     max_weight: float,
     accept: Callable[[Replica], bool],
+    weight_of: WeightOf = effective_weight,
 ) -> Replica | None:
     """An open replica passing ``accept``, drawn with probability proportional to weight."""
     n = pool.open_count
     if n <= SCAN_BELOW:
-        return scan_weighted(pool, rng, accept)
+        return scan_weighted(pool, rng, accept, weight_of)
     for _ in range(DRAW_TRIES):
         r = pool.open_at(rng.randrange(n))
-        if rng.random() * max_weight < r.weight and accept(r):
+        if rng.random() * max_weight < weight_of(r) and accept(r):
             return r
-    return scan_weighted(pool, rng, accept)
+    return scan_weighted(pool, rng, accept, weight_of)
 
 
 def scan_weighted(
-    pool: ReplicaPool, rng: random.Random, accept: Callable[[Replica], bool]
+    pool: ReplicaPool,
+    rng: random.Random,
+    accept: Callable[[Replica], bool],
+    weight_of: WeightOf = effective_weight,
 ) -> Replica | None:
     """The exact O(n) draw: cumulative weights over the open replicas that pass ``accept``."""
     chosen: list[Replica] = []
@@ -77,7 +92,7 @@ def scan_weighted(
     for i in range(pool.open_count):
         r = pool.open_at(i)
         if accept(r):
-            total += r.weight
+            total += weight_of(r)
             chosen.append(r)
             cumulative.append(total)
     if not chosen:

@@ -6,12 +6,14 @@ replica, so its prefix cache is reused. Every replica owns ``vnodes`` points on 
 hashes to a point and walks clockwise to the first replica that can take the request and has
 fewer than
 
-    ceil(balance * (in_flight over active replicas + 1) / active replicas)
+    ceil(balance * (in_flight over active replicas + 1) * speed / speed of active replicas)
 
-requests in flight. The bound keeps a hot key from piling onto one replica: when its home is
-over it, the key moves to the next replica on the ring, the same one every time, so the spill
-is sticky too. If every replica that can take the request is over the bound, the first of them
-on the ring gets it. Requests without a key fall back to weighted least-connections.
+requests in flight: its share of the fleet's load by learned capacity (``Replica.speed``), so
+a fast card holds more keys' work before it spills and a slow one less. The bound keeps a hot
+key from piling onto one replica: when its home is over it, the key moves to the next replica
+on the ring, the same one every time, so the spill is sticky too. If every replica that can
+take the request is over the bound, the first of them on the ring gets it. Requests without a
+key fall back to weighted least-connections over learned capacity.
 
 Cost: a bisection on the ring, then a walk that is short while most replicas are under the
 bound (at most a ``1 / balance`` fraction of the active replicas can be at it) and have free
@@ -43,7 +45,7 @@ def ring_point(text: str) -> int:
 
 
 def _weighted_load(r: Replica) -> float:
-    return (r.in_flight + 1) / r.weight
+    return (r.in_flight + 1) / r.speed
 
 
 class Affinity(Strategy):
@@ -75,6 +77,8 @@ class Affinity(Strategy):
         self._counted: list[int] = []  # in flight per replica, 0 unless active
         self._total = 0
         self._n_active = 0
+        self._speeds: list[float] = []  # learned speed per replica, 0 unless active
+        self._speed_total = 0.0
         self._fallback = ScoreIndex(_weighted_load)
 
     @classmethod
@@ -100,6 +104,8 @@ class Affinity(Strategy):
         ]
         self._total = sum(self._counted)
         self._n_active = sum(self._active)
+        self._speeds = [r.speed if a else 0.0 for r, a in zip(self.pool, self._active, strict=True)]
+        self._speed_total = sum(self._speeds)
         self._fallback.rebuild(self.pool)
 
     def update(self, replica: Replica) -> None:
@@ -110,13 +116,27 @@ class Affinity(Strategy):
         self._n_active += active - self._active[i]
         self._counted[i] = counted
         self._active[i] = active
+        speed = replica.speed if active else 0.0
+        if speed != self._speeds[i]:
+            self._speed_total += speed - self._speeds[i]
+            self._speeds[i] = speed
+            if not self._n_active:
+                self._speed_total = 0.0  # no float drift left over when none is active
         self._fallback.update(replica)
 
     def load_bound(self) -> int:
-        """In flight a replica must stay under to take a keyed request."""
+        """In flight a replica of the fleet's mean capacity must stay under to take a keyed
+        request (each replica's own bound scales with its capacity)."""
         if self._n_active == 0:
             return 0
         return math.ceil(self.balance * (self._total + 1) / self._n_active)
+
+    def bound_for(self, r: Replica) -> float:
+        """In flight this replica must stay under to take a keyed request."""
+        if self._speed_total <= 0:
+            return 0.0
+        share = r.speed / self._speed_total
+        return math.ceil(self.balance * (self._total + 1) * share)
 
     def pick(self, request: Request, now: float) -> Replica | None:
         key = request.affinity_key
@@ -124,7 +144,7 @@ class Affinity(Strategy):
             return self._fallback.best(request)
         if self.pool.open_count == 0:
             return None
-        return self._walk(request, ring_point(key), self.load_bound())
+        return self._walk(request, ring_point(key))
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
         """Keyed: how far clockwise the replica is from the key, as a fraction of the ring."""
@@ -136,11 +156,11 @@ class Affinity(Strategy):
     def note(self, request: Request, chosen: Replica | None) -> str:
         key = request.affinity_key
         if key is None:
-            return "no affinity key: weighted least-connections"
+            return "no affinity key: weighted least-connections over learned capacity"
         if not self._points:
             return f"key {key!r}: empty ring"
         home = self.pool.replicas[self._home(ring_point(key))]
-        bound = f"load bound {self.load_bound()} in flight"
+        bound = f"load bound {self.bound_for(home):.0f} in flight on {home.id}"
         if chosen is home:
             return f"key {key!r}: its home replica ({bound})"
         return f"key {key!r}: home {home.id} full or at the bound; next on the ring ({bound})"
@@ -156,7 +176,7 @@ class Affinity(Strategy):
         own = self._own_points[i]
         return (own[bisect_left(own, h) % len(own)] - h) % RING
 
-    def _walk(self, request: Request, h: int, bound: int) -> Replica | None:
+    def _walk(self, request: Request, h: int) -> Replica | None:
         owners, replicas = self._owners, self.pool.replicas
         m = len(owners)
         start = bisect_left(self._points, h)
@@ -169,15 +189,15 @@ class Affinity(Strategy):
             seen.add(i)
             r = replicas[i]
             if r.can_take(request):
-                if r.in_flight < bound:
+                if r.in_flight < self.bound_for(r):
                     return r
                 if fallback is None:
                     fallback = r
         if m <= self.walk_budget:
             return fallback
-        return self._nearest_open(request, h, bound)
+        return self._nearest_open(request, h)
 
-    def _nearest_open(self, request: Request, h: int, bound: int) -> Replica | None:
+    def _nearest_open(self, request: Request, h: int) -> Replica | None:
         """The walk's answer, found from the open replicas' ring distances instead.
 
         Ordering replicas by the distance of their first point past ``h`` is the order the
@@ -194,7 +214,7 @@ class Affinity(Strategy):
             where = (self._distance(r.index, h), r.index)
             if nearest is None or where < nearest:
                 nearest = where
-            if r.in_flight < bound and (under is None or where < under):
+            if r.in_flight < self.bound_for(r) and (under is None or where < under):
                 under = where
         found = under if under is not None else nearest
         return None if found is None else pool.replicas[found[1]]

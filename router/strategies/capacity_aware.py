@@ -7,10 +7,15 @@ refuses a replica whose cache is too full *now*, so the engine does not preempt 
     free = kv_capacity - tokens held by its running requests       (router accounting)
     free = (1 - kv_usage) * kv_capacity    when telemetry is fresh  (the engine's own view)
 
-Fresh means younger than ``stale_after_s``; stale telemetry is never trusted. Among replicas
-with ``free >= request.total_tokens`` the one with the least outstanding cost wins. A replica
-with unknown KV capacity counts as unlimited. When none has room the pick is None and the
-request waits in the queue for memory to free up.
+``kv_capacity`` is what the router learned (``Replica.kv_tokens``: the engine's own
+``vllm:cache_config_info``, else the fleet file, else the performance model). Fresh means
+younger than ``stale_after_s``; stale telemetry is never trusted. A replica whose engine
+says, freshly, that requests are waiting in its own queue takes no more while it runs some of
+ours: they would only wait there, where no other replica can take them, so they wait in the
+router's queue instead. Among replicas with ``free >= request.total_tokens`` the one with the
+least outstanding cost per unit of learned capacity wins. A replica with unknown KV capacity
+counts as unlimited. When none has room the pick is None and the request waits in the queue
+for memory to free up.
 
 Held tokens are summed in ``update`` (O(requests on that replica)); the pick walks the
 least-outstanding-cost heap and stops at the first replica with room: O(k log n), where k is
@@ -40,13 +45,13 @@ WALK_BUDGET = 16
 
 
 def _outstanding(r: Replica) -> float:
-    return r.outstanding_cost
+    return r.outstanding_cost / r.speed
 
 
 class CapacityAware(Strategy):
     name = "capacity-aware"
     walk_budget = WALK_BUDGET
-    summary = "Least outstanding work among replicas whose KV cache has room for it now."
+    summary = "Least work per capacity among replicas with KV room and no engine queue."
 
     def __init__(
         self, rng: random.Random | None = None, *, stale_after_s: float = 3.0, **params: Any
@@ -79,7 +84,7 @@ class CapacityAware(Strategy):
         need = request.total_tokens
         with closing(self._index.ascending(request)) as ordered:
             for looked, r in enumerate(ordered):
-                if self._free(r, now) >= need:
+                if self._free(r, now) >= need and not self._queueing(r, now):
                     return r
                 if looked == self.walk_budget:
                     break
@@ -94,11 +99,22 @@ class CapacityAware(Strategy):
         best: Replica | None = None
         for i in range(pool.open_count):
             r = pool.open_at(i)
-            if best is not None and r.outstanding_cost >= best.outstanding_cost:
+            if best is not None and _outstanding(r) >= _outstanding(best):
                 continue
-            if self._free(r, now) >= need and r.can_take(request):
+            if self._free(r, now) >= need and not self._queueing(r, now) and r.can_take(request):
                 best = r
         return best
+
+    def _queueing(self, r: Replica, now: float) -> bool:
+        """The engine says, freshly, that requests wait in its own queue while it runs ours."""
+        e = r.engine
+        return (
+            e is not None
+            and e.waiting is not None
+            and e.waiting > 0
+            and r.in_flight > 0
+            and now - e.received_at < self.stale_after_s
+        )
 
     def free_tokens(self, r: Replica, now: float) -> tuple[float, str]:
         """Tokens the replica's KV cache can take now, and where that figure came from."""
@@ -110,7 +126,7 @@ class CapacityAware(Strategy):
         return free, "router accounting"
 
     def _free(self, r: Replica, now: float) -> float:
-        capacity = r.config.kv_capacity_tokens
+        capacity = r.kv_tokens
         if capacity is None:
             return UNLIMITED
         usage = self._fresh_usage(r, now)
@@ -128,7 +144,7 @@ class CapacityAware(Strategy):
         return t.kv_usage
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
-        return replica.outstanding_cost
+        return _outstanding(replica)
 
     def explain(self, request: Request, now: float, chosen: Replica | None) -> Explanation:
         # The note needs ``now`` (telemetry freshness), which ``note`` is not given.
@@ -138,7 +154,7 @@ class CapacityAware(Strategy):
     def _budget_note(self, request: Request, now: float, chosen: Replica | None) -> str:
         need = request.total_tokens
         if chosen is None:
-            return f"no replica has {need} free KV tokens now; the request waits"
+            return f"no replica has {need} free KV tokens and an empty engine queue now; waits"
         free, source = self.free_tokens(chosen, now)
         room = "unlimited" if free == UNLIMITED else f"{free:.0f}"
         return f"needs {need} KV tokens; {chosen.id} has {room} free ({source})"

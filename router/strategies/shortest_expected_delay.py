@@ -1,23 +1,24 @@
 """Shortest expected delay: the replica that would finish the request soonest.
 
-The expected delay on replica ``r`` is ``(outstanding_cost(r) + request.cost) / weight(r)``:
-the work queued there, this request included, over the replica's capacity. Counting the
+The expected delay on replica ``r`` is ``(outstanding_cost(r) + request.cost) / speed(r)``:
+the work queued there, this request included, over the replica's learned capacity (cost
+units per second, router/capacity.py): the seconds it would take to finish. Counting the
 incoming request is what sends a long request to a strong card even when a weak one has a
 little less work queued.
 
 Because the score depends on the request, no single heap key orders it. The pick is an exact
 branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
-by ``backlog = outstanding_cost / weight``. A replica's exact score is
-``backlog + cost / weight``; no replica further down a group's heap can score below
-``backlog_next + cost / max_weight_of_group``, so a group is read in ascending order only until
+by ``backlog = outstanding_cost / speed``. A replica's exact score is
+``backlog + cost / speed``; no replica further down a group's heap can score below
+``backlog_next + cost / max_speed_of_group``, so a group is read in ascending order only until
 that bound reaches the best exact score found so far. Floating-point addition and division are
 monotone, so the bound holds for the computed scores too: the result is the exact minimum.
 
 Why groups: SED balances the fleet so that backlogs converge, and one global heap would then
-hold many replicas of different weights inside the bound (at 512 replicas it read dozens per
-pick). Within a GPU model weights are equal or close. When they are all equal the heap's
-first entry is the group's exact best; when not (an operator or the tuner set them apart)
-the group is read in order until the bound stops it. Either way a pick costs about
+hold many replicas of different speeds inside the bound (at 512 replicas it read dozens per
+pick). Within a GPU model speeds are equal or close. When they are all equal the heap's
+first entry is the group's exact best; when not (measured apart, or an operator's pin) the
+group is read in order until the bound stops it. Either way a pick costs about
 O(G log n) for G GPU models, a handful in any fleet.
 """
 
@@ -36,37 +37,37 @@ from router.strategies.base import Strategy
 
 
 def _backlog(r: Replica) -> float:
-    return r.outstanding_cost / r.weight
+    return r.outstanding_cost / r.speed
 
 
 def _better(
     best: Replica | None, best_score: float, r: Replica, cost: float
 ) -> tuple[Replica | None, float]:
-    score = _backlog(r) + cost / r.weight
+    score = _backlog(r) + cost / r.speed
     return (r, score) if score < best_score else (best, best_score)
 
 
 class _Group:
-    """The replicas of one GPU model: a heap by backlog, their largest weight, and whether
-    they all weigh the same (then the heap's first entry is the group's exact best)."""
+    """The replicas of one GPU model: a heap by backlog, their largest speed, and whether
+    they all run at the same speed (then the heap's first entry is the group's exact best)."""
 
-    __slots__ = ("_count", "_weight", "heaviest", "index", "uniform")
+    __slots__ = ("_count", "_speed", "heaviest", "index", "uniform")
 
     def __init__(self, members: list[Replica]) -> None:
         self.index = ScoreIndex(_backlog)
         self.index.rebuild(members)
-        self._weight = {r.index: r.weight for r in members}
-        self._count = Counter(self._weight.values())
+        self._speed = {r.index: r.speed for r in members}
+        self._count = Counter(self._speed.values())
         self._refresh()
 
     def update(self, replica: Replica) -> None:
-        old = self._weight[replica.index]
-        if old != replica.weight:
-            self._weight[replica.index] = replica.weight
+        old = self._speed[replica.index]
+        if old != replica.speed:
+            self._speed[replica.index] = replica.speed
             self._count[old] -= 1
             if not self._count[old]:
                 del self._count[old]
-            self._count[replica.weight] += 1
+            self._count[replica.speed] += 1
             self._refresh()
         self.index.update(replica)
 
@@ -77,7 +78,7 @@ class _Group:
 
 class ShortestExpectedDelay(Strategy):
     name = "shortest-expected-delay"
-    summary = "Least (queued work + this request) / weight: where it would finish soonest."
+    summary = "Least (queued work + this request) / learned capacity: finishes soonest."
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:
         super().__init__(rng, **params)
@@ -118,7 +119,7 @@ class ShortestExpectedDelay(Strategy):
         return best
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
-        return _backlog(replica) + request.cost / replica.weight
+        return _backlog(replica) + request.cost / replica.speed
 
     def note(self, request: Request, chosen: Replica | None) -> str:
-        return f"score = (outstanding cost + {request.cost:g}) / weight"
+        return f"score = (outstanding cost + {request.cost:g}) / learned capacity (s)"

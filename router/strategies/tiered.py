@@ -5,7 +5,8 @@ A request is heavy when its context (prompt plus the most it may generate) reach
 memory and bandwidth for long contexts), by weighted least-connections among them; when no
 strong replica can take one it spills over to the other tiers rather than wait. Light requests
 go to any replica by weighted least-connections; on a tie they take the other tiers, keeping
-strong headroom for heavy requests.
+strong headroom for heavy requests. Load is requests in flight over learned capacity
+(``Replica.speed``), as in weighted least-connections.
 
 Each tier group has its own heap, so a pick is O(log n) whichever group it reads.
 """
@@ -23,9 +24,9 @@ from router.strategies.base import Strategy
 
 
 def _weighted_load(r: Replica) -> float:
-    # As weighted least-connections: counting the incoming request lets weight break ties
-    # between idle replicas.
-    return (r.in_flight + 1) / r.weight
+    # As weighted least-connections: requests in flight over learned capacity; counting the
+    # incoming request lets capacity break ties between idle replicas.
+    return (r.in_flight + 1) / r.speed
 
 
 class Tiered(Strategy):
