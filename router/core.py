@@ -170,7 +170,9 @@ class RouterCore:
         stats.e2e.add(now - req.arrival)
         r.latency.observe((now - a.started) / max(req.cost, 1.0), now)
         if a.expected_s > 0:
-            r.slowdown.observe((now - a.started) / a.expected_s, now)
+            ratio = (now - a.started) / a.expected_s
+            r.slowdown.observe(ratio, now)
+            r.slowdown_norm.observe(ratio, now)
         produced = output_tokens if output_tokens is not None else req.max_tokens
         self.capacity.completed(r, req.prompt_tokens, produced, req.cost, now)
         r.completed += 1

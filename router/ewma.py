@@ -29,3 +29,22 @@ class PeakEwma:
     def age(self, now: float) -> float | None:
         """Seconds since the last sample, or None before the first."""
         return None if self._stamp is None else now - self._stamp
+
+
+class Ewma:
+    """Plain time-decayed moving average: every sample pulls with time constant ``tau``."""
+
+    __slots__ = ("_stamp", "tau", "value")
+
+    def __init__(self, tau: float = 60.0, initial: float | None = None) -> None:
+        self.tau = tau
+        self.value = initial
+        self._stamp: float | None = None
+
+    def observe(self, sample: float, now: float) -> None:
+        if self.value is None or self._stamp is None:
+            self.value = sample
+        else:
+            w = math.exp(-max(now - self._stamp, 0.0) / self.tau)
+            self.value = self.value * w + sample * (1.0 - w)
+        self._stamp = now

@@ -4,13 +4,17 @@
 divide by zero, and 1.0 when every replica is idle. Bands from practice: under 1.1 is
 excellent, under 1.2 good, up to 1.5 worth watching, above 1.5 needs action.
 
-A replica's load is its requests in flight over its fair share of the fleet's concurrency:
-the sum of the active replicas' batch sizes, split by static weight (the fleet file's
-statement of relative capacity). The GPU's own utilization is no measure of this for an LLM
-engine: NVML counts the share of time any kernel ran, and a continuously batching engine
-runs kernels back to back with one sequence or with two hundred, so every busy card reads
-near 100% (docs/decisions/0002-imbalance-from-load.md). The floor makes a lightly used fleet,
-where every replica is below 1% of its share, read as balanced.
+A replica's load is the work sent to it per second over its learned capacity (the cost units
+it completes per second at saturation, router/capacity.py): the share of what the card can
+do that the router asks of it, 1.0 at its limit and above when it is sent more than it can
+do. Not requests in flight over static-weight shares (which read "good" on a fleet whose
+cards were unevenly worked, because the weights did not match the cards), and not the GPU's
+own utilization, which for an LLM engine reads near 100% on any busy card
+(docs/decisions/0002-imbalance-from-load.md, 0003-imbalance-over-learned-capacity.md). The
+simulator, the console, the headless JSON and /metrics all compute it with
+:func:`capacity_loads` and :func:`imbalance_factor`; the live router reads the work over the
+last 10 seconds, the simulator over its steady-state window. The floor makes a lightly used
+fleet, where every replica is below 1% of its capacity, read as balanced.
 """
 
 from __future__ import annotations
@@ -36,14 +40,10 @@ def imbalance_factor(utilizations: Iterable[float]) -> float:
     return max(max(values), FLOOR) / max(min(values), FLOOR)
 
 
-def fair_share_loads(
-    in_flight: Sequence[int], batch_sizes: Sequence[int], weights: Sequence[float]
-) -> list[float]:
-    """Each replica's in-flight requests over its weight's share of all the batch sizes."""
-    total_batch, total_weight = sum(batch_sizes), sum(weights)
-    if total_batch <= 0 or total_weight <= 0:
-        return [0.0 for _ in in_flight]
-    return [n * total_weight / (total_batch * w) for n, w in zip(in_flight, weights, strict=True)]
+def capacity_loads(work_per_s: Sequence[float], capacity_per_s: Sequence[float]) -> list[float]:
+    """Each replica's work sent per second over the work it can do per second (both in the
+    same units, cost units per second); 0 where its capacity is unknown or zero."""
+    return [w / c if c > 0 else 0.0 for w, c in zip(work_per_s, capacity_per_s, strict=True)]
 
 
 def band(factor: float) -> Band:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from router.config.schema import ReplicaConfig
-from router.ewma import PeakEwma
+from router.ewma import Ewma, PeakEwma
 from router.request import Request
 
 
@@ -91,9 +91,12 @@ class Replica:
     efficiency: Sequence[float] = (0.0, 1.0)
     """Share of ``speed`` the replica reaches with ``c`` requests running (index ``c``; past
     the end, the last value): a batching engine needs many requests to reach its full rate."""
-    slowdown: PeakEwma = field(default_factory=lambda: PeakEwma(initial=1.0))
+    slowdown: PeakEwma = field(default_factory=PeakEwma)
     """Peak EWMA of each request's measured duration over what ``expected_seconds``
-    predicted when it was sent: above 1, the replica is slower now than learned."""
+    predicted when it was sent."""
+    slowdown_norm: Ewma = field(default_factory=Ewma)
+    """The same ratio's slow plain average: what is usual for this replica (requests share
+    the engine with later arrivals, so the ratio is not 1 even when the rate is right)."""
 
     @property
     def id(self) -> str:
@@ -104,12 +107,16 @@ class Replica:
         return len(self.running)
 
     def expected_seconds(self, cost: float) -> float:
-        """Seconds to finish the work already here plus ``cost`` more, at the learned rate
-        and the efficiency of running one more request."""
-        eff = self.efficiency
-        c = len(self.running) + 1
-        share = eff[c] if c < len(eff) else eff[-1]
-        return (self.outstanding_cost + cost) / (self.speed * max(share, 1e-3))
+        """Seconds to finish the work already here plus ``cost`` more, at the learned rate."""
+        return (self.outstanding_cost + cost) / self.speed
+
+    def slowdown_factor(self) -> float:
+        """How much slower than usual the replica has been lately: the peak EWMA of measured
+        over expected durations, over its plain long-run average (1.0 before samples)."""
+        peak, usual = self.slowdown.value, self.slowdown_norm.value
+        if peak is None or usual is None or usual <= 0:
+            return 1.0
+        return max(1.0, peak / usual)
 
     @property
     def has_slot(self) -> bool:

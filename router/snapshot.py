@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from router.imbalance import Band, band, fair_share_loads, imbalance_factor
+from router.imbalance import Band, band, capacity_loads, imbalance_factor
 from router.replica import Replica, ReplicaState
-from router.stats import ReplicaStats, percentile
+from router.stats import percentile
 
 if TYPE_CHECKING:
     from router.core import RouterCore
@@ -57,9 +57,27 @@ class ReplicaSnapshot:
     engine_age_s: float | None = None
     """Age of the engine's /metrics reading (None: never read)."""
     load: float = 0.0
-    """In flight over the replica's fair share of the fleet's concurrency (router/imbalance.py):
-    1.0 is its weight's share of the active replicas' batch sizes. What the imbalance factor
-    compares; an inactive replica's is in flight over its own batch size."""
+    """Work sent to it per second (last 10 s) over its learned capacity (router/imbalance.py):
+    1.0 is all it can do. What the imbalance factor compares over the active replicas."""
+    capacity_rps: float = 0.0
+    """Learned capacity, requests per second at the fleet's mean request (router/capacity.py)."""
+    capacity_rate: float = 0.0
+    """The same in cost units per second: what load-aware strategies divide load by."""
+    capacity_source: str = "prior"
+    """``prior`` (performance model or static weight), ``measured`` or ``operator``."""
+    capacity_age_s: float | None = None
+    """Seconds since a completion last refined it (None: never measured)."""
+    capacity_prior_rps: float = 0.0
+    capacity_measured_rps: float | None = None
+    """What the router's accounting alone says (None: nothing completed yet)."""
+    kv_capacity_tokens: int | None = None
+    """KV-cache size as learned; None: unknown."""
+    kv_capacity_source: str | None = None
+    """``engine`` (its /metrics), ``fleet file`` or ``prior`` (performance model)."""
+    kv_capacity_age_s: float | None = None
+    """Age of the engine reading behind it (None for the fleet file or the prior)."""
+    engine_preemptions: int | None = None
+    """The engine's cumulative preemption count, from its /metrics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +91,7 @@ class GpuModelSummary:
     throughput_rps: float
     throughput_share: float
     capacity_share: float
-    """Share of the fleet's static weight (the operator's view of capacity)."""
+    """Share of the fleet's learned capacity."""
     imbalance_factor: float
 
 
@@ -107,13 +125,8 @@ class FleetSnapshot:
 def build_snapshot(core: RouterCore) -> FleetSnapshot:
     now = core.clock()
     stale_after = 3 * core.fleet.broker.sample_period_s
-    active_replicas = [r for r in core.pool if r.state is ReplicaState.ACTIVE]
-    loads = dict(
-        zip([r.index for r in active_replicas], active_loads(active_replicas), strict=True)
-    )
-    replicas = tuple(
-        _replica(r, core.stats[r.index], now, stale_after, loads.get(r.index)) for r in core.pool
-    )
+    loads = replica_loads(core, core.pool.replicas, now)
+    replicas = tuple(_replica(core, r, now, stale_after, loads[r.index]) for r in core.pool)
     active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
     factor = imbalance_factor(s.load for s in active)
     throughput = sum(s.throughput_rps for s in replicas)
@@ -138,19 +151,19 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
     )
 
 
-def active_loads(active: Sequence[Replica]) -> list[float]:
-    """The load of each of the fleet's active replicas (router/imbalance.py), in order."""
-    return fair_share_loads(
-        [r.in_flight for r in active],
-        [r.batch_size for r in active],
-        [r.config.weight for r in active],
+def replica_loads(core: RouterCore, replicas: Sequence[Replica], now: float) -> list[float]:
+    """Each replica's load (router/imbalance.py): work sent over the last window per second,
+    over its learned capacity; in order."""
+    return capacity_loads(
+        [core.stats[r.index].cost_sent.rate(now) for r in replicas], [r.speed for r in replicas]
     )
 
 
 def _replica(
-    r: Replica, stats: ReplicaStats, now: float, stale_after: float, load: float | None
+    core: RouterCore, r: Replica, now: float, stale_after: float, load: float
 ) -> ReplicaSnapshot:
-    """``load``: the replica's among the active ones; None for an inactive replica."""
+    stats = core.stats[r.index]
+    capacity = core.capacity.estimate(r, now)
     util, fresh = r.utilization(now, stale_after)
     age = None if r.telemetry is None else now - r.telemetry.received_at
     ttft, e2e = stats.ttft.values(), stats.e2e.values()
@@ -187,7 +200,19 @@ def _replica(
         engine_running=None if engine is None else engine.running,
         kv_usage=None if engine is None else engine.kv_usage,
         engine_age_s=None if engine is None else now - engine.received_at,
-        load=load if load is not None else r.in_flight / r.batch_size,
+        load=load,
+        capacity_rps=capacity.rps,
+        capacity_rate=capacity.rate,
+        capacity_source=str(capacity.rate_source),
+        capacity_age_s=capacity.rate_age_s,
+        capacity_prior_rps=core.capacity.rps(capacity.prior_rate),
+        capacity_measured_rps=None
+        if capacity.measured_rate is None
+        else core.capacity.rps(capacity.measured_rate),
+        kv_capacity_tokens=capacity.kv_tokens,
+        kv_capacity_source=None if capacity.kv_source is None else str(capacity.kv_source),
+        kv_capacity_age_s=capacity.kv_age_s,
+        engine_preemptions=None if engine is None else engine.preemptions_total,
     )
 
 
@@ -197,7 +222,7 @@ def _by_gpu_model(
     groups: dict[str, list[ReplicaSnapshot]] = defaultdict(list)
     for s in replicas:
         groups[s.gpu_model].append(s)
-    total_weight = sum(s.static_weight for s in replicas) or 1.0
+    total_capacity = sum(s.capacity_rate for s in replicas) or 1.0
     out = []
     for model, members in groups.items():
         active = [s for s in members if s.state == ReplicaState.ACTIVE]
@@ -210,7 +235,7 @@ def _by_gpu_model(
                 utilization=sum(s.utilization for s in active) / len(active) if active else 0.0,
                 throughput_rps=rps,
                 throughput_share=rps / total_throughput if total_throughput > 0 else 0.0,
-                capacity_share=sum(s.static_weight for s in members) / total_weight,
+                capacity_share=sum(s.capacity_rate for s in members) / total_capacity,
                 imbalance_factor=imbalance_factor(s.load for s in active),
             )
         )

@@ -84,7 +84,8 @@ def test_round_robin_overloads_the_v100s_where_weighted_routing_does_not(
     rate = 0.8 * sum(capacities.values())
     rr = run_strategy(fleet, "round-robin", conv, rate, 120.0, 1, capacities)
     wlc = run_strategy(fleet, "weighted-least-connections", conv, rate, 120.0, 1, capacities)
-    assert rr.utilization_by_gpu_model()["V100-32GB"] == 1.0
+    # Load is work sent over learned capacity: round-robin sends a V100 more than it can do.
+    assert rr.utilization_by_gpu_model()["V100-32GB"] > 1.0
     assert wlc.imbalance_factor < rr.imbalance_factor
     assert wlc.ttft_p99_s is not None
     assert rr.ttft_p99_s is None or rr.ttft_p99_s > wlc.ttft_p99_s

@@ -369,7 +369,12 @@ def test_p2c_avoids_a_replica_slower_now_than_learned() -> None:
     """A replica whose recent requests took 5x what its capacity predicted (peak EWMA) is
     picked far less, though its learned capacity is the same as its peer's."""
     pool = weighted_pool([1.0, 1.0], batch_size=1000)
-    pool.replicas[1].slowdown.observe(5.0, 0.0)
+    slowed = pool.replicas[1]
+    for t in range(60):
+        slowed.slowdown.observe(1.0, float(t))
+        slowed.slowdown_norm.observe(1.0, float(t))
+    slowed.slowdown.observe(5.0, 60.0)  # the peak takes it at once, the usual level barely
+    slowed.slowdown_norm.observe(5.0, 60.0)
     s = attach("p2c-peak-ewma", pool)
     for _ in range(120):
         req = request()

@@ -39,7 +39,7 @@ from prometheus_client.registry import Collector
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.imbalance import imbalance_factor
 from router.replica import ReplicaState
-from router.snapshot import active_loads
+from router.snapshot import replica_loads
 
 __all__ = ["CONTENT_TYPE", "RouterMetrics"]
 
@@ -126,8 +126,9 @@ class _CoreCollector(Collector):
         active = [r for r in core.pool if r.state is ReplicaState.ACTIVE]
         yield GaugeMetricFamily(
             "gpurouter_imbalance_factor",
-            "Max over min load (in flight over fair share) of the active replicas (1.0 idle).",
-            imbalance_factor(active_loads(active)),
+            "Max over min load (work sent over learned capacity) of the active replicas "
+            "(1.0 idle).",
+            imbalance_factor(replica_loads(core, active, core.clock())),
         )
         info = InfoMetricFamily("gpurouter_strategy", "The routing strategy in use.")
         info.add_metric([], {"strategy": core.strategy.name})
@@ -166,6 +167,7 @@ def _replicas(core: RouterCore) -> Iterable[Metric]:
     state = GaugeMetricFamily(
         "gpurouter_replica_state", "1 for the replica's current state.", labels=["replica", "state"]
     )
+    yield from _capacity(core)
     for r in core.pool:
         requests.add_metric([r.id, "completed"], r.completed)
         requests.add_metric([r.id, "failed"], r.failed)
@@ -175,7 +177,35 @@ def _replicas(core: RouterCore) -> Iterable[Metric]:
         weight.add_metric([r.id], r.weight)
         for s in ReplicaState:
             state.add_metric([r.id, str(s)], 1.0 if r.state is s else 0.0)
-    return requests, retries, in_flight, batch, weight, state
+    yield from (requests, retries, in_flight, batch, weight, state)
+
+
+def _capacity(core: RouterCore) -> Iterable[Metric]:
+    """Learned capacity per replica, with where each figure came from (router/capacity.py)."""
+    rps = GaugeMetricFamily(
+        "gpurouter_replica_capacity_rps",
+        "Learned capacity: requests per second at saturation, at the fleet's mean request.",
+        labels=["replica", "source"],
+    )
+    age = GaugeMetricFamily(
+        "gpurouter_replica_capacity_age_seconds",
+        "Seconds since a completion last refined the learned capacity (absent: never).",
+        labels=["replica"],
+    )
+    kv = GaugeMetricFamily(
+        "gpurouter_replica_kv_capacity_tokens",
+        "Learned KV-cache size in tokens, by source (engine, fleet file, prior).",
+        labels=["replica", "source"],
+    )
+    now = core.clock()
+    for r in core.pool:
+        e = core.capacity.estimate(r, now)
+        rps.add_metric([r.id, str(e.rate_source)], e.rps)
+        if e.rate_age_s is not None:
+            age.add_metric([r.id], e.rate_age_s)
+        if e.kv_tokens is not None and e.kv_source is not None:
+            kv.add_metric([r.id, str(e.kv_source)], e.kv_tokens)
+    return rps, age, kv
 
 
 def _queue(core: RouterCore) -> Iterable[Metric]:

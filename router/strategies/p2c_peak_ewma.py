@@ -7,10 +7,12 @@ the request sooner wins:
     cost = expected_seconds * slowdown
 
 ``expected_seconds`` is the work already on the replica plus this request over its learned
-rate, at the efficiency of one more running request (``Replica.expected_seconds``).
-``slowdown`` is the peak EWMA (Finagle's and Linkerd's) of each finished request's measured
-duration over what was expected when it was sent: it jumps at once when a replica turns slow
-and recovers gradually, so a card that stalls is avoided before its learned rate catches up.
+rate (``Replica.expected_seconds``). ``slowdown`` compares each finished request's measured
+duration with what was expected when it was sent: its peak EWMA (Finagle's and Linkerd's:
+it jumps at once when a replica turns slow and recovers gradually) over its plain long-run
+average for that replica (``Replica.slowdown_factor``, at least 1). The long-run average takes
+out what is usual for the replica (requests share the engine with later arrivals), so only a
+replica slower *now* than it usually is pays, before its learned rate catches up.
 
 Why draws by capacity: with uniform draws a replica is a candidate in about 2/n of the picks,
 so a card several times faster than the rest could never take its share however well it
@@ -34,8 +36,7 @@ def _speed(r: Replica) -> float:
 
 
 def _slowdown(r: Replica) -> float:
-    value = r.slowdown.value
-    return 1.0 if value is None else value
+    return r.slowdown_factor()
 
 
 class P2CPeakEwma(Strategy):
