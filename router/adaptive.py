@@ -1,18 +1,25 @@
 """Adaptive weights and batch sizes: pure rules, applied by the core on a timer.
 
-Weights: each replica's capacity is estimated as the work it completed per second divided by
-how busy it was (what it would do fully busy); measured capacities are scaled so that they sum
-to the static weights of the same replicas, and each weight moves a damped step toward its
-target, bounded by multiples of its static weight. A replica with nothing measured drifts back
-to its static weight (the operator's prior). A pinned weight is left alone.
+Batch sizes, additive increase and multiplicative decrease (as TCP's congestion window). A
+replica is *overloaded* in an interval when its engine says so: requests waiting in the
+engine's own queue, sequences preempted, or a time to first token (from the moment the router
+sent the request) over ``ttft_target_s``. Overloaded for ``hysteresis`` intervals in a row,
+its batch size is cut by ``decrease``, and never below what the engine showed it runs at
+once; using all its slots without any overload for as many intervals, it grows by an eighth.
+With no signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
+utilization: a continuously batching engine reads near 100% busy with one sequence or two
+hundred, so that signal shrank every card towards 1 (docs/decisions/0003).
 
-Batch sizes: only from fresh GPU telemetry. A replica that uses all its slots while its GPU is
-under ``grow_below`` busy can take more; one over ``shrink_above`` is overloaded. Either must
-hold for ``hysteresis`` consecutive rounds before the size moves by a quarter, within bounds.
+Weights (what the fixed splits, weighted round-robin and weighted random, use): each moves a
+damped step toward its share of the fleet's learned capacity (router/capacity.py), scaled so
+that the weights keep their static sum, and lowered where the replica's time to first token
+is over the target. A card too little used to measure keeps its learned prior. Bounds are
+multiples of the static weight; a pinned weight is left alone.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,72 +43,101 @@ class TunerChange:
         return f"{self.replica}: {self.setting} {self.old:.3g} -> {self.new:.3g} ({self.signal})"
 
 
-# Below this busy fraction, throughput says more about the routing than about the card.
-MIN_UTILIZATION = 0.05
-
-
 @dataclass(frozen=True, slots=True)
 class WeightInput:
     static: float
     current: float
     pinned: bool
-    throughput: float
-    """Cost units completed per second over the recent window."""
-    utilization: float
-    """Busy fraction 0..1 over the same window."""
+    capacity: float
+    """Learned capacity (cost units per second)."""
+    ttft_s: float | None = None
+    """90th-percentile time to first token from sending, over the last interval."""
 
 
 def retune_weights(inputs: Sequence[WeightInput], cfg: AdaptiveConfig) -> list[float]:
     """The next effective weight of each replica, in input order."""
-    measured = [
-        i for i in inputs if not i.pinned and i.throughput > 0 and i.utilization >= MIN_UTILIZATION
-    ]
-    capacity = {id(i): i.throughput / i.utilization for i in measured}
-    total_capacity = sum(capacity.values())
-    scale = sum(i.static for i in measured) / total_capacity if total_capacity else 0.0
+    free = [i for i in inputs if not i.pinned and i.capacity > 0]
+    targets = {id(i): i.capacity * _ttft_penalty(i.ttft_s, cfg) for i in free}
+    total = sum(targets.values())
+    scale = sum(i.static for i in free) / total if total > 0 else 0.0
     lo, hi = cfg.weight_bounds
     out = []
     for i in inputs:
-        if i.pinned:
+        if i.pinned or id(i) not in targets:
             out.append(i.current)
             continue
-        target = capacity[id(i)] * scale if id(i) in capacity else i.static
-        step = i.current + cfg.weight_damping * (target - i.current)
+        step = i.current + cfg.weight_damping * (targets[id(i)] * scale - i.current)
         out.append(min(max(step, lo * i.static), hi * i.static))
     return out
 
 
+def _ttft_penalty(ttft_s: float | None, cfg: AdaptiveConfig) -> float:
+    # A replica answering slower than the target is sent proportionally less.
+    if ttft_s is None or ttft_s <= cfg.ttft_target_s:
+        return 1.0
+    return cfg.ttft_target_s / ttft_s
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSignals:
+    """What one interval showed of a replica's load. None: no fresh reading."""
+
+    engine_waiting: int | None = None
+    """Requests waiting in the engine's own queue (a fresh /metrics reading)."""
+    engine_running: int | None = None
+    """Requests the engine ran at once, by the same reading."""
+    preempted: int = 0
+    """Sequences the engine preempted during the interval."""
+    ttft_s: float | None = None
+    """90th-percentile time to first token from sending, over the interval."""
+    saturated: bool = False
+    """The replica had all its slots in use at some point of the interval."""
+
+    def overload(self, cfg: AdaptiveConfig) -> str | None:
+        """The overload signal in words, or None when there is none."""
+        if self.engine_waiting:
+            return f"engine queue {self.engine_waiting}"
+        if self.preempted > 0:
+            return f"{self.preempted} preempted"
+        if self.ttft_s is not None and self.ttft_s > cfg.ttft_target_s:
+            return f"TTFT p90 {self.ttft_s:.2f} s over {cfg.ttft_target_s:g} s"
+        return None
+
+    @property
+    def any(self) -> bool:
+        return self.engine_waiting is not None or self.ttft_s is not None or self.preempted > 0
+
+
 @dataclass(slots=True)
 class BatchStreak:
-    """Consecutive rounds a replica has spent past each threshold."""
+    """Consecutive intervals a replica has spent overloaded (high) or saturated and not (low)."""
 
     low: int = 0
     high: int = 0
 
 
 def retune_batch(
-    current: int,
-    gpu_utilization: float | None,
-    saturated: bool,
-    streak: BatchStreak,
-    cfg: AdaptiveConfig,
-) -> int:
-    """The next batch size; ``gpu_utilization`` is None when telemetry is missing or stale."""
-    if gpu_utilization is None:
-        streak.low = streak.high = 0
-        return current
-    step = max(1, current // 4)
+    current: int, signals: BatchSignals, streak: BatchStreak, cfg: AdaptiveConfig
+) -> tuple[int, str]:
+    """The next batch size and the signal that moved it ("" when it did not move)."""
+    need = max(2, cfg.hysteresis)
     lo, hi = cfg.batch_bounds
-    if gpu_utilization < cfg.grow_below and saturated:
-        streak.low, streak.high = streak.low + 1, 0
-        if streak.low >= cfg.hysteresis:
-            streak.low = 0
-            return min(hi, current + step)
-    elif gpu_utilization > cfg.shrink_above:
+    overload = signals.overload(cfg)
+    if overload is not None:
         streak.low, streak.high = 0, streak.high + 1
-        if streak.high >= cfg.hysteresis:
-            streak.high = 0
-            return max(lo, current - step)
-    else:
-        streak.low = streak.high = 0
-    return current
+        if streak.high < need:
+            return current, ""
+        streak.high = 0
+        floor = signals.engine_running or lo
+        cut = max(lo, min(current - 1, max(math.floor(current * cfg.decrease), floor)))
+        return (cut, f"{overload} for {need} intervals") if cut < current else (current, "")
+    streak.high = 0
+    if not (signals.any and signals.saturated):
+        streak.low = 0
+        return current, ""
+    streak.low += 1
+    if streak.low < need or current >= hi:
+        return current, ""
+    streak.low = 0
+    grown = min(hi, current + max(1, current // 8))
+    return grown, f"all {current} slots in use, no overload for {need} intervals"

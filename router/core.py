@@ -19,13 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 
-from router.adaptive import (
-    BatchStreak,
-    TunerChange,
-    WeightInput,
-    retune_batch,
-    retune_weights,
-)
+from router.adaptive import TunerChange
 from router.admission_queue import AdmissionQueue
 from router.capacity import FleetCapacity
 from router.clock import Clock, monotonic
@@ -38,6 +32,7 @@ from router.request import Priority, Request, estimate_cost
 from router.snapshot import FleetSnapshot, build_snapshot
 from router.stats import RateWindow, ReplicaStats
 from router.strategies import Strategy, create_strategy
+from router.tuning import Tuner
 
 # How far down the queue a dispatch looks for a request some open replica can take; bounds
 # the cost of head-of-line requests that fit nowhere right now.
@@ -121,7 +116,8 @@ class RouterCore:
         """The newest explained decisions, oldest first."""
         self.listeners: list[CoreListener] = []
         self._running: dict[str, Assignment] = {}
-        self._streaks = [BatchStreak() for _ in self.pool]
+        stale_after = 3 * fleet.broker.sample_period_s
+        self.tuner = Tuner(self.pool.replicas, self.settings.adaptive, stale_after)
         self._dispatching = False
         self._again = False
         s = self.settings.strategy
@@ -155,6 +151,7 @@ class RouterCore:
         if self._current(a) and a.first_byte is None:
             a.first_byte = self.clock()
             self.stats[a.replica.index].ttft.add(a.first_byte - a.request.arrival)
+            self.tuner.first_byte(a.replica, a.first_byte - a.started)
 
     def complete(self, a: Assignment, output_tokens: int | None = None) -> None:
         """The attempt finished well."""
@@ -248,47 +245,11 @@ class RouterCore:
         return build_snapshot(self)
 
     def tune(self) -> list[TunerChange]:
-        """One round of adaptive weights and batch sizes (as configured); what changed, also
-        told to every listener's ``on_tune``."""
-        cfg = self.settings.adaptive
-        now = self.clock()
-        stale_after = 3 * self.fleet.broker.sample_period_s
-        changes: list[TunerChange] = []
-        if cfg.weights:
-            inputs = [
-                WeightInput(
-                    static=r.config.weight,
-                    current=r.weight,
-                    pinned=r.weight_pinned,
-                    throughput=self.stats[r.index].cost_done.rate(now),
-                    utilization=r.utilization(now, stale_after)[0],
-                )
-                for r in self.pool
-            ]
-            for r, weight in zip(self.pool, retune_weights(inputs, cfg), strict=True):
-                if weight != r.weight:
-                    changes.append(
-                        TunerChange(r.id, "weight", r.weight, weight, "measured throughput")
-                    )
-                    r.weight = weight
-                    self.pool.changed(r)
-        if cfg.batch_sizes:
-            for r in self.pool:
-                if r.batch_pinned:
-                    continue
-                util, fresh = r.utilization(now, stale_after)
-                size = retune_batch(
-                    r.batch_size,
-                    util if fresh else None,
-                    r.in_flight >= r.batch_size,
-                    self._streaks[r.index],
-                    cfg,
-                )
-                if size != r.batch_size:
-                    signal = f"GPU utilization {util:.0%}"
-                    changes.append(TunerChange(r.id, "batch_size", r.batch_size, size, signal))
-                    r.batch_size = size
-                    self.pool.changed(r)
+        """One round of adaptive weights and batch sizes (as configured, router/tuning.py);
+        what changed, also told to every listener's ``on_tune``."""
+        changes = self.tuner.round(self.pool.replicas, self.clock())
+        for r in {self.replica(c.replica) for c in changes}:
+            self.pool.changed(r)
         if changes:
             for listener in self.listeners:
                 listener.on_tune(changes)
@@ -339,6 +300,7 @@ class RouterCore:
         r.running[req.id] = req
         r.outstanding_cost += req.cost
         self._running[req.id] = a
+        self.tuner.started(r)
         self.pool.changed(r)
         for listener in self.listeners:
             listener.on_assign(a)

@@ -1,83 +1,169 @@
-"""Adaptive weights and batch sizes: damped, bounded, pinned values untouched."""
+"""Adaptive weights and batch sizes: overload signals an LLM engine gives, damped, bounded,
+pinned values untouched, never moved on a single reading."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from router.adaptive import BatchStreak, WeightInput, retune_batch, retune_weights
+from router.adaptive import BatchSignals, BatchStreak, WeightInput, retune_batch, retune_weights
 from router.clock import ManualClock
 from router.config.schema import AdaptiveConfig
 from router.core import RouterCore
-from router.replica import Telemetry
+from router.replica import EngineLoad, Telemetry
 from router.request import Request
 from tests.fleet_factory import make_fleet
 
 CFG = AdaptiveConfig(weights=True, batch_sizes=True, weight_damping=0.5, hysteresis=2)
+QUEUE = BatchSignals(engine_waiting=12, engine_running=40, saturated=True)
+CALM = BatchSignals(engine_waiting=0, engine_running=40, saturated=True)
 
 
-def test_weights_move_toward_measured_capacity_by_the_damping() -> None:
-    """Equal static weights, but one card does 3x the work at the same busyness."""
-    inputs = [WeightInput(1.0, 1.0, False, 300.0, 1.0), WeightInput(1.0, 1.0, False, 100.0, 1.0)]
+def test_weights_move_toward_learned_capacity_shares_by_the_damping() -> None:
+    """Equal static weights, one card learned 3x as fast: targets 1.5 and 0.5, half-way."""
+    inputs = [WeightInput(1.0, 1.0, False, 300.0), WeightInput(1.0, 1.0, False, 100.0)]
     fast, slow = retune_weights(inputs, CFG)
-    # targets 1.5 and 0.5 (sum kept at 2.0); half-way there
     assert fast == pytest.approx(1.25)
     assert slow == pytest.approx(0.75)
 
 
+def test_weights_allow_an_eleven_fold_spread_by_default() -> None:
+    """The old 4x bound clipped a card 11x the slowest; the default allows 256x."""
+    cfg = AdaptiveConfig(weights=True, weight_damping=1.0)
+    inputs = [WeightInput(1.0, 1.0, False, 1100.0), WeightInput(1.0, 1.0, False, 100.0)]
+    fast, slow = retune_weights(inputs, cfg)
+    assert fast / slow == pytest.approx(11.0)
+
+
 def test_weights_stay_within_bounds_of_the_static_weight() -> None:
     cfg = AdaptiveConfig(weights=True, weight_damping=1.0, weight_bounds=(0.5, 2.0))
-    # targets: about 2.99 for the fast one and 0.003 for the slow ones, each clamped
-    inputs = [WeightInput(1.0, 1.0, False, 1000.0, 1.0)] + [
-        WeightInput(1.0, 1.0, False, 1.0, 1.0) for _ in range(2)
+    inputs = [WeightInput(1.0, 1.0, False, 1000.0)] + [
+        WeightInput(1.0, 1.0, False, 1.0) for _ in range(2)
     ]
     assert retune_weights(inputs, cfg) == [2.0, 0.5, 0.5]
 
 
-def test_a_pinned_weight_is_left_alone_and_unmeasured_ones_return_to_the_prior() -> None:
-    inputs = [
-        WeightInput(1.0, 3.0, True, 500.0, 1.0),
-        WeightInput(2.0, 1.0, False, 0.0, 0.0),
-    ]
-    pinned, idle = retune_weights(inputs, CFG)
+def test_a_slow_first_token_lowers_a_weight() -> None:
+    """Same learned capacity, but one replica answers in 4 s against a 2 s target."""
+    cfg = AdaptiveConfig(weights=True, weight_damping=1.0)
+    inputs = [WeightInput(1.0, 1.0, False, 100.0, 0.5), WeightInput(1.0, 1.0, False, 100.0, 4.0)]
+    quick, slow = retune_weights(inputs, cfg)
+    assert quick == pytest.approx(2 * slow)
+
+
+def test_a_pinned_weight_is_left_alone() -> None:
+    inputs = [WeightInput(1.0, 3.0, True, 500.0), WeightInput(2.0, 1.0, False, 100.0)]
+    pinned, free = retune_weights(inputs, CFG)
     assert pinned == 3.0
-    assert idle == pytest.approx(1.5)
+    assert free == pytest.approx(1.5)  # half-way to 2.0, all the unpinned weight
 
 
-def test_batch_grows_only_after_hysteresis_when_saturated_and_underused() -> None:
+def test_an_engine_queue_cuts_the_batch_only_after_hysteresis() -> None:
     streak = BatchStreak()
-    assert retune_batch(16, 0.4, True, streak, CFG) == 16
-    assert retune_batch(16, 0.4, True, streak, CFG) == 20
-    assert retune_batch(16, 0.4, False, BatchStreak(), CFG) == 16
+    assert retune_batch(256, QUEUE, streak, CFG) == (256, "")
+    size, why = retune_batch(256, QUEUE, streak, CFG)
+    assert size == 192
+    assert "engine queue 12 for 2 intervals" in why
 
 
-def test_batch_shrinks_when_the_gpu_is_overloaded_and_respects_bounds() -> None:
-    cfg = AdaptiveConfig(batch_sizes=True, hysteresis=1, batch_bounds=(2, 8))
-    assert retune_batch(8, 0.95, True, BatchStreak(), cfg) == 6
-    assert retune_batch(2, 0.95, True, BatchStreak(), cfg) == 2
-    assert retune_batch(8, 0.1, True, BatchStreak(), cfg) == 8
+def test_a_cut_never_goes_below_what_the_engine_runs_at_once_nor_the_floor() -> None:
+    cfg = replace(CFG, batch_bounds=(8, 512))
+    streak = BatchStreak(high=5)
+    assert retune_batch(44, QUEUE, streak, cfg)[0] == 40  # the engine ran 40 at once
+    streak = BatchStreak(high=5)
+    assert retune_batch(9, BatchSignals(preempted=3), streak, cfg)[0] == 8
 
 
-def test_no_telemetry_means_no_batch_change() -> None:
-    streak = BatchStreak(low=5)
-    assert retune_batch(8, None, True, streak, CFG) == 8
-    assert streak == BatchStreak()
+def test_preemptions_and_slow_first_tokens_are_overload_too() -> None:
+    assert BatchSignals(preempted=2).overload(CFG) == "2 preempted"
+    assert BatchSignals(ttft_s=3.0).overload(CFG) == "TTFT p90 3.00 s over 2 s"
+    assert BatchSignals(ttft_s=1.0).overload(CFG) is None
 
 
-def test_the_core_applies_tuning_and_skips_pinned_replicas() -> None:
-    from dataclasses import replace
+def test_the_batch_grows_when_all_slots_are_used_without_overload() -> None:
+    streak = BatchStreak()
+    assert retune_batch(64, CALM, streak, CFG)[0] == 64
+    assert retune_batch(64, CALM, streak, CFG)[0] == 72
+    assert retune_batch(64, replace(CALM, saturated=False), BatchStreak(low=5), CFG)[0] == 64
 
-    fleet = make_fleet([1.0, 1.0], [1, 1])
+
+def test_no_signal_means_no_change() -> None:
+    """Without engine metrics or any first token, the tuner has nothing to go on."""
+    assert retune_batch(64, BatchSignals(saturated=True), BatchStreak(low=5), CFG) == (64, "")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    start=st.integers(1, 512),
+    floor=st.integers(1, 64),
+    readings=st.lists(
+        st.builds(
+            BatchSignals,
+            engine_waiting=st.none() | st.integers(0, 50),
+            engine_running=st.none() | st.integers(1, 300),
+            preempted=st.integers(0, 3),
+            ttft_s=st.none() | st.floats(0.0, 10.0),
+            saturated=st.booleans(),
+        ),
+        max_size=40,
+    ),
+)
+def test_the_batch_tuner_never_moves_on_one_reading_nor_below_its_floor(
+    start: int, floor: int, readings: list[BatchSignals]
+) -> None:
+    cfg = replace(CFG, batch_bounds=(floor, 512))
+    size, streak, agree = max(start, floor), BatchStreak(), 0
+    last: bool | None = None
+    for signals in readings:
+        overloaded = signals.overload(cfg) is not None
+        agree = agree + 1 if overloaded == last else 1
+        last = overloaded
+        new, why = retune_batch(size, signals, streak, cfg)
+        if new != size:
+            assert agree >= 2, "moved on a single reading"
+            assert why
+        assert new >= floor
+        size = new
+
+
+def test_the_core_cuts_a_queueing_replica_and_records_the_signal() -> None:
+    fleet = make_fleet([1.0, 1.0], [8, 8])
     fleet = replace(fleet, router=replace(fleet.router, adaptive=CFG))
     clock = ManualClock()
     core = RouterCore(fleet, clock=clock, rng=random.Random(0))
-    core.set_batch_size("r1", 1)
-    for i in range(4):
+    core.set_batch_size("r1", 8)  # pinned: left alone
+    for i in range(16):
         core.submit(Request(f"q{i}", 10, 10, arrival=clock()))
-    for r in core.pool:
-        r.telemetry = Telemetry(utilization=0.3, received_at=clock())
-    core.tune()
-    changes = core.tune()
-    assert [c.message for c in changes] == ["r0: batch_size 1 -> 2 (GPU utilization 30%)"]
-    assert core.replica("r1").batch_size == 1
+    seen = []
+
+    class Listener:
+        def on_tune(self, changes: list[object]) -> None:
+            seen.extend(changes)
+
+    for _ in range(2):
+        for r in core.pool:
+            r.engine = EngineLoad("vllm", received_at=clock(), waiting=5, running=4)
+            r.telemetry = Telemetry(utilization=1.0, received_at=clock())
+        changes = core.tune()
+    assert [c.message for c in changes] == [
+        "r0: batch_size 8 -> 6 (engine queue 5 for 2 intervals)"
+    ]
+    assert core.replica("r1").batch_size == 8
+
+
+def test_busy_gpus_alone_never_shrink_a_batch() -> None:
+    """NVML reads ~100% for any busy engine: with that and nothing else, sizes hold."""
+    fleet = make_fleet([1.0], [8])
+    fleet = replace(fleet, router=replace(fleet.router, adaptive=CFG))
+    clock = ManualClock()
+    core = RouterCore(fleet, clock=clock, rng=random.Random(0))
+    for i in range(8):
+        core.submit(Request(f"q{i}", 10, 10, arrival=clock()))
+    for _ in range(10):
+        core.replica("r0").telemetry = Telemetry(utilization=1.0, received_at=clock())
+        assert not [c for c in core.tune() if c.setting == "batch_size"]
+    assert core.replica("r0").batch_size == 8

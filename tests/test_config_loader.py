@@ -363,9 +363,17 @@ def test_bounds_are_a_pair() -> None:
     assert_problem(text, 13, "router.adaptive.batch_bounds", "list of 2 items, got 3")
 
 
-def test_grow_threshold_sits_below_shrink_threshold() -> None:
-    text = fleet_text("router:", "  adaptive:", "    grow_below: 0.9", "    shrink_above: 0.5")
-    assert_problem(text, 14, "router.adaptive.shrink_above", "above grow_below")
+def test_the_batch_tuner_needs_two_intervals_and_a_real_decrease() -> None:
+    """Never on a single reading; a decrease of 1 or more would never cut."""
+    text = fleet_text("router:", "  adaptive:", "    hysteresis: 1")
+    assert_problem(text, 13, "router.adaptive.hysteresis", "must be >= 2")
+    text = fleet_text("router:", "  adaptive:", "    decrease: 1.0")
+    assert_problem(text, 13, "router.adaptive.decrease", "must be in (0, 1)")
+
+
+def test_the_nvml_thresholds_of_the_old_batch_tuner_are_unknown_keys() -> None:
+    text = fleet_text("router:", "  adaptive:", "    grow_below: 0.6")
+    assert_problem(text, 13, "router.adaptive.grow_below", "unknown")
 
 
 @pytest.mark.parametrize(

@@ -73,10 +73,6 @@ def _at_least(low: float) -> Rule:
     return lambda v: None if v >= low else f"must be >= {low}, got {v!r}"
 
 
-def _fraction(v: float) -> str | None:
-    return None if 0 <= v <= 1 else f"must be between 0 and 1, got {v!r}"
-
-
 def _bounds(low_limit: float, strict: bool) -> Rule:
     sign = "<" if strict else "<="
 
@@ -182,9 +178,9 @@ _RULES: dict[tuple[type, str], Rule] = {
     (AdaptiveConfig, "interval_s"): _above(0),
     (AdaptiveConfig, "weight_damping"): lambda v: None if 0 < v <= 1 else "must be in (0, 1]",
     (AdaptiveConfig, "weight_bounds"): _bounds(0, strict=True),
-    (AdaptiveConfig, "grow_below"): _fraction,
-    (AdaptiveConfig, "shrink_above"): _fraction,
-    (AdaptiveConfig, "hysteresis"): _at_least(1),
+    (AdaptiveConfig, "ttft_target_s"): _above(0),
+    (AdaptiveConfig, "decrease"): lambda v: None if 0 < v < 1 else "must be in (0, 1)",
+    (AdaptiveConfig, "hysteresis"): _at_least(2),
     (AdaptiveConfig, "batch_bounds"): _bounds(1, strict=False),
     (RouterConfig, "decision_log_size"): _at_least(0),
     (BrokerConfig, "url"): _broker_url,
@@ -437,9 +433,7 @@ def _each(path: str, items: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _check_router(r: _Reader, router: RouterConfig) -> None:
-    a, t = router.adaptive, router.retries
-    if _ok(a) and _ok(a.grow_below, a.shrink_above) and a.grow_below >= a.shrink_above:
-        r.problem("router.adaptive.shrink_above", "must be above grow_below")
+    t = router.retries
     if _ok(t) and _ok(t.backoff_s, t.backoff_max_s) and t.backoff_max_s < t.backoff_s:
         r.problem("router.retries.backoff_max_s", "must be >= backoff_s")
     h = router.health

@@ -132,21 +132,26 @@ class AdaptiveConfig:
     """Weights and batch sizes retuned from live signals."""
 
     weights: bool = False
-    """Retune weights from each replica's observed throughput."""
+    """Retune weights (what the fixed splits use) from each replica's learned capacity and
+    response time."""
     batch_sizes: bool = False
-    """Raise or lower batch sizes from utilization."""
+    """Raise or lower batch sizes on overload signals: the engine's own queue, preemptions,
+    time to first token over ``ttft_target_s``."""
     interval_s: float = 5.0
     """How often the tuners run."""
     weight_damping: float = 0.3
     """Fraction of the way to the measured weight taken per interval (0 < d <= 1)."""
-    weight_bounds: tuple[float, float] = (0.25, 4.0)
-    """Effective weight stays within these multiples of the static weight."""
-    grow_below: float = 0.6
-    """Utilization under which the batch size grows."""
-    shrink_above: float = 0.9
-    """Utilization over which the batch size shrinks."""
+    weight_bounds: tuple[float, float] = (0.0625, 16.0)
+    """Effective weight stays within these multiples of the static weight (the default
+    allows a 256x spread between cards)."""
+    ttft_target_s: float = 2.0
+    """Time to first token, from sending to the replica (the router's queue not counted),
+    above which the replica counts as overloaded (90th percentile over an interval)."""
+    decrease: float = 0.75
+    """Factor a batch size is multiplied by on overload (multiplicative decrease)."""
     hysteresis: int = 2
-    """Consecutive intervals past a threshold before the batch size changes."""
+    """Consecutive intervals a signal must hold before the batch size moves (at least 2:
+    never on a single reading)."""
     batch_bounds: tuple[int, int] = (1, 512)
     """Smallest and largest batch size the tuner sets."""
 

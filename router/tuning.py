@@ -1,0 +1,106 @@
+"""One round of the adaptive tuners over a pool: gathers each replica's signals since the last
+round and applies the pure rules of router/adaptive.py.
+
+The core feeds it as requests start (the most requests in flight at once) and produce their
+first byte (time to first token from sending); engine readings (queue, preemption counter)
+are read off ``Replica.engine`` when fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from router.adaptive import (
+    BatchSignals,
+    BatchStreak,
+    TunerChange,
+    WeightInput,
+    retune_batch,
+    retune_weights,
+)
+from router.config.schema import AdaptiveConfig
+from router.replica import Replica
+from router.stats import percentile
+
+
+class Tuner:
+    def __init__(self, replicas: Sequence[Replica], cfg: AdaptiveConfig, stale_after_s: float):
+        self.cfg = cfg
+        self.stale_after_s = stale_after_s
+        n = len(replicas)
+        self._streaks = [BatchStreak() for _ in range(n)]
+        self._peak = [0] * n
+        self._ttfts: list[list[float]] = [[] for _ in range(n)]
+        self._preemptions: list[int | None] = [None] * n
+
+    # ---- signals, from the core ------------------------------------------------------------
+
+    def started(self, r: Replica) -> None:
+        if r.in_flight > self._peak[r.index]:
+            self._peak[r.index] = r.in_flight
+
+    def first_byte(self, r: Replica, seconds: float) -> None:
+        samples = self._ttfts[r.index]
+        if len(samples) < 4096:  # a round's worth; bounded whatever the rate
+            samples.append(seconds)
+
+    # ---- one round -------------------------------------------------------------------------
+
+    def round(self, replicas: Sequence[Replica], now: float) -> list[TunerChange]:
+        """Retune what is configured; the changes, applied to the replicas."""
+        signals = [self._signals(r, now) for r in replicas]
+        changes: list[TunerChange] = []
+        if self.cfg.weights:
+            changes += self._weights(replicas, signals)
+        if self.cfg.batch_sizes:
+            changes += self._batches(replicas, signals)
+        for r in replicas:
+            self._peak[r.index] = r.in_flight
+            self._ttfts[r.index] = []
+        return changes
+
+    def _signals(self, r: Replica, now: float) -> BatchSignals:
+        i, e = r.index, r.engine
+        fresh = e is not None and now - e.received_at <= self.stale_after_s
+        preempted = 0
+        if fresh and e is not None and e.preemptions_total is not None:
+            last = self._preemptions[i]
+            # A counter that went down is an engine restart: a new baseline, not a negative.
+            if last is not None and e.preemptions_total >= last:
+                preempted = e.preemptions_total - last
+            self._preemptions[i] = e.preemptions_total
+        return BatchSignals(
+            engine_waiting=e.waiting if fresh and e is not None else None,
+            engine_running=e.running if fresh and e is not None else None,
+            preempted=preempted,
+            ttft_s=percentile(self._ttfts[i], 0.9),
+            saturated=self._peak[i] >= r.batch_size,
+        )
+
+    def _weights(
+        self, replicas: Sequence[Replica], signals: Sequence[BatchSignals]
+    ) -> list[TunerChange]:
+        inputs = [
+            WeightInput(r.config.weight, r.weight, r.weight_pinned, r.speed, s.ttft_s)
+            for r, s in zip(replicas, signals, strict=True)
+        ]
+        changes = []
+        for r, weight in zip(replicas, retune_weights(inputs, self.cfg), strict=True):
+            if abs(weight - r.weight) > 1e-3 * r.weight:
+                signal = f"learned capacity {r.speed:.0f} cost/s"
+                changes.append(TunerChange(r.id, "weight", r.weight, weight, signal))
+                r.weight = weight
+        return changes
+
+    def _batches(
+        self, replicas: Sequence[Replica], signals: Sequence[BatchSignals]
+    ) -> list[TunerChange]:
+        changes = []
+        for r, s in zip(replicas, signals, strict=True):
+            if r.batch_pinned:
+                continue
+            size, why = retune_batch(r.batch_size, s, self._streaks[r.index], self.cfg)
+            if size != r.batch_size:
+                changes.append(TunerChange(r.id, "batch_size", r.batch_size, size, why))
+                r.batch_size = size
+        return changes
