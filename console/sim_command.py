@@ -43,6 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="max_tokens every client sends (default: each request's own output length); "
+        "engines still stop at the trace's length, cut at N",
+    )
+    p.add_argument(
         "--max-sustainable",
         action="store_true",
         help="search each strategy's highest rate with p99 TTFT under --slo-ttft",
@@ -73,7 +81,9 @@ def _rows(args: argparse.Namespace, out: TextIO) -> list[dict[str, Any]]:
     fleet = load_fleet(args.fleet)
     names = sorted(STRATEGIES) if args.strategy == "all" else [args.strategy]
     try:
-        workload = Workload(trace_rows(args.trace), args.arrivals, args.burstiness, args.lengths)
+        workload = Workload(
+            trace_rows(args.trace), args.arrivals, args.burstiness, args.lengths, args.max_tokens
+        )
     except ValueError as exc:
         raise GpuRouterError(str(exc)) from None
     catalog = catalog_for(fleet)
@@ -131,6 +141,8 @@ def _check(args: argparse.Namespace) -> None:
             raise GpuRouterError(f"{flag} must be > 0, got {value}")
     if args.search_steps < 1:
         raise GpuRouterError(f"--search-steps must be >= 1, got {args.search_steps}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise GpuRouterError(f"--max-tokens must be >= 1, got {args.max_tokens}")
 
 
 def _table(rows: list[dict[str, Any]], sustainable: bool, out: TextIO) -> None:

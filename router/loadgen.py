@@ -9,7 +9,10 @@ ways: a count, a duration, and a cap on requests in flight (a shot due while the
 reached is counted ``not_sent``, never queued).
 
 Lengths go over the wire as the emulator and the router read them: the prompt is text of
-four characters per token, ``max_tokens`` is the output length.
+four characters per token; ``max_tokens`` is what the client allows (the phase's cap, or by
+default the request's own output length, as ``vllm bench serve`` sends it); the output length
+the "model" writes before it stops goes in the emulator's ``gpurouter.output_tokens`` hint,
+which the router passes through unread and vLLM ignores.
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ class Shot:
     """When to send it, in seconds from the start of the schedule."""
     prompt_tokens: int
     max_tokens: int
+    """What the client sends as ``max_tokens``."""
     priority: Priority = Priority.NORMAL
+    output_tokens: int | None = None
+    """How long the answer is (at most ``max_tokens``), sent as the emulator's
+    ``gpurouter.output_tokens`` hint; None sends no hint (the engine writes up to
+    ``max_tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,8 @@ class RatePhase:
     """Gamma shape of inter-arrival times: 1 is Poisson, smaller is burstier."""
     priorities: Mapping[Priority, float] = field(default_factory=lambda: {Priority.NORMAL: 1.0})
     """Share of each priority (they need not add up to 1)."""
+    max_tokens: int | None = None
+    """What every client sends as ``max_tokens``; None: each request's own output length."""
 
 
 def schedule(phases: Sequence[RatePhase], seed: int = 0) -> Iterator[Shot]:
@@ -79,9 +89,17 @@ def schedule(phases: Sequence[RatePhase], seed: int = 0) -> Iterator[Shot]:
     for phase in phases:
         kinds = list(phase.priorities)
         weights = [phase.priorities[k] for k in kinds]
-        for a in gamma(phase.rate_rps, phase.burstiness, phase.duration_s, phase.mix, arrivals):
+        shots = gamma(
+            phase.rate_rps,
+            phase.burstiness,
+            phase.duration_s,
+            phase.mix,
+            arrivals,
+            phase.max_tokens,
+        )
+        for a in shots:
             priority = kinds[0] if len(kinds) == 1 else draws.choices(kinds, weights)[0]
-            yield Shot(start + a.time, a.prompt_tokens, a.output_tokens, priority)
+            yield Shot(start + a.time, a.prompt_tokens, a.max_tokens, priority, a.output_tokens)
         start += phase.duration_s
 
 
@@ -213,12 +231,14 @@ class LoadGenerator:
         start: float,
         done: Callable[[ShotResult], None],
     ) -> None:
-        body = {
+        body: dict[str, object] = {
             "model": self.model,
             "prompt": prompt_text(shot.prompt_tokens),
             "max_tokens": shot.max_tokens,
             "stream": self.stream,
         }
+        if shot.output_tokens is not None:
+            body["gpurouter"] = {"output_tokens": shot.output_tokens}
         headers = {"Content-Type": "application/json", "X-Priority": shot.priority.name.lower()}
         sent = self.clock()
         first: float | None = None

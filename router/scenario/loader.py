@@ -42,8 +42,18 @@ _TOP = (
     "checks",
 )
 _FLEET = ("file", "emulated", "time_scale")
-_WORKLOAD = ("lengths", "priorities", "arrivals", "burstiness", "phases")
-_PHASE = ("name", "duration", "rate", "load", "arrivals", "burstiness", "lengths", "priorities")
+_WORKLOAD = ("lengths", "priorities", "arrivals", "burstiness", "max_tokens", "phases")
+_PHASE = (
+    "name",
+    "duration",
+    "rate",
+    "load",
+    "arrivals",
+    "burstiness",
+    "lengths",
+    "priorities",
+    "max_tokens",
+)
 _CHECK = ("name", "metric", "from", "to", "at", "replica", "priority", "min", "max", "equals")
 _CHECK_ALL = (*_CHECK, "aggregate")
 _FAULT_KEYS = ("at", "fault", "replica", "factor", "fraction")
@@ -328,6 +338,8 @@ class _Defaults:
     )
     arrivals: str | None = "poisson"
     burstiness: float | None = 1.0
+    max_tokens: int | None = None
+    """None: each client sends its request's own output length (not an error)."""
 
 
 def _workload(r: _Reader, doc: LineMap, directory: Path) -> tuple[Phase, ...] | None:
@@ -364,6 +376,13 @@ def _read_defaults(r: _Reader, m: LineMap, path: str, d: _Defaults, directory: P
         )
     d.arrivals = r.choice(m, path, "arrivals", ("poisson", "gamma"), d.arrivals)
     d.burstiness = r.number(m, path, "burstiness", d.burstiness, above=0)
+    if "max_tokens" in m:
+        cap = r.value(m, path, "max_tokens", int)
+        if cap is not None and cap < 1:
+            where = _join(path, "max_tokens")
+            r.problem(m.key_lines["max_tokens"], where, f"must be >= 1, got {cap}")
+            cap = None
+        d.max_tokens = cap
 
 
 def _phase(
@@ -380,7 +399,11 @@ def _phase(
         return None
     r.keys(m, path, _PHASE, required=("duration",))
     own = _Defaults(
-        inherited.lengths, inherited.priorities, inherited.arrivals, inherited.burstiness
+        inherited.lengths,
+        inherited.priorities,
+        inherited.arrivals,
+        inherited.burstiness,
+        inherited.max_tokens,
     )
     _read_defaults(r, m, path, own, directory)
     name = r.value(m, path, "name", str, "")
@@ -404,6 +427,7 @@ def _phase(
         lengths=cast(Lengths, own.lengths),
         priorities=cast(Mapping[Priority, float], own.priorities),
         name=cast(str, name),
+        max_tokens=own.max_tokens,
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from router.control import ControlSurface
+from router.loadgen import Shot
 from router.request import Priority, Request
 from router.scenario.recording import Recorder, sample_line
 from router.scenario.report import (
@@ -72,13 +73,19 @@ def run_simulated(scenario: Scenario, emit: Emit) -> RunReport:
     for second in range(1, int(scenario.duration_s) + 1):
         sim.at(float(second), partial(sample, float(second)))
     arrivals = (
-        _ShotArrival(s.at_s, s.prompt_tokens, s.max_tokens, s.priority) for s in workload.shots()
+        _ShotArrival(s.at_s, s.prompt_tokens, _output(s), s.max_tokens, s.priority)
+        for s in workload.shots()
     )
     sim.run(arrivals, scenario.duration_s, drain_s=scenario.drain_s)
     lost = [t for rid, t in sim.offered.items() if rid not in rec.requests]
     return finish_run(
         scenario, "simulate", rec, workload.capacity_at, lost, workload.known_capacity
     )
+
+
+def _output(shot: Shot) -> int:
+    """What the engine generates for a shot: its output length, or all it may."""
+    return shot.max_tokens if shot.output_tokens is None else shot.output_tokens
 
 
 def _fault(sim: Simulation, action: Action) -> tuple[bool, str]:

@@ -72,6 +72,9 @@ class Phase:
     priorities: Mapping[Priority, float]
     """Share of each priority among the phase's requests (sums to 1)."""
     name: str = ""
+    max_tokens: int | None = None
+    """What every client sends as ``max_tokens``; None: each request's own output length.
+    The engine stops at the request's output length either way (cut at this cap)."""
 
     @property
     def end_s(self) -> float:

@@ -2,8 +2,9 @@
 
 ``load`` in a phase is a multiple of the fleet's capacity_rps on that phase's length mix:
 the sum of each replica's saturation throughput, measured by the simulator
-(``router.sim.runner.fleet_capacity``, seed 0), as ``gpurouter sim`` reports it. Both the simulator
-and a live run send the same shots (``router.loadgen.schedule``) from the same seed.
+(``router.sim.runner.fleet_capacity``, seed 0), as ``gpurouter sim`` reports it. A phase's
+``max_tokens`` cap cuts the lengths the engines generate, so it is part of the mix. Both the
+simulator and a live run send the same shots (``router.loadgen.schedule``) from the same seed.
 """
 
 from __future__ import annotations
@@ -15,22 +16,40 @@ from router.loadgen import RatePhase, Shot, schedule
 from router.perf.profiles import UnknownProfileError
 from router.scenario.schema import Lengths, Phase, Scenario
 from router.sim.runner import fleet_capacity
-from router.sim.workload import LengthMix, LognormalMix, TraceMix, bundled_trace, load_trace
+from router.sim.workload import (
+    CappedMix,
+    LengthMix,
+    LognormalMix,
+    TraceMix,
+    bundled_trace,
+    load_trace,
+)
 
 __all__ = ["Workload"]
+
+_Mix = tuple[Lengths, int | None]
+"""A phase's lengths and its max_tokens cap: what its engines generate."""
 
 _MEASURED: dict[tuple[object, ...], float | None] = {}
 """Capacities measured in this process, by replicas, profiles and mix: measuring takes about
 a second per kind of replica, and scenarios on one fleet share it."""
 
 
-def length_mix(lengths: Lengths) -> LengthMix:
+def length_mix(lengths: Lengths, max_tokens: int | None = None) -> LengthMix:
+    """The lengths engines generate: the source's, outputs cut at ``max_tokens`` if given."""
+    mix: LengthMix
     if lengths.trace is not None:
-        return TraceMix(bundled_trace(lengths.trace))
-    if lengths.csv is not None:
-        return TraceMix(load_trace(lengths.csv))
-    assert lengths.lognormal is not None
-    return LognormalMix(*lengths.lognormal)
+        mix = TraceMix(bundled_trace(lengths.trace))
+    elif lengths.csv is not None:
+        mix = TraceMix(load_trace(lengths.csv))
+    else:
+        assert lengths.lognormal is not None
+        mix = LognormalMix(*lengths.lognormal)
+    return mix if max_tokens is None else CappedMix(mix, max_tokens)
+
+
+def _mix_of(phase: Phase) -> _Mix:
+    return phase.lengths, phase.max_tokens
 
 
 class Workload:
@@ -38,38 +57,39 @@ class Workload:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.mixes: dict[Lengths, LengthMix] = {}
-        self._capacity: dict[Lengths, float | None] = {}
+        self.mixes: dict[_Mix, LengthMix] = {}
+        """By lengths and max_tokens cap."""
+        self._capacity: dict[_Mix, float | None] = {}
         for phase in scenario.phases:
-            if phase.lengths not in self.mixes:
-                self.mixes[phase.lengths] = length_mix(phase.lengths)
+            key = _mix_of(phase)
+            if key not in self.mixes:
+                self.mixes[key] = length_mix(*key)
 
-    def capacity(self, lengths: Lengths) -> float | None:
+    def capacity(self, mix: _Mix) -> float | None:
         """The fleet's capacity_rps on this mix; None when a replica has no profile."""
-        if lengths not in self._capacity:
+        if mix not in self._capacity:
             fleet = self.scenario.fleet.config
-            key = (fleet.replicas, fleet.profiles, lengths)
+            key = (fleet.replicas, fleet.profiles, mix)
             if key not in _MEASURED:
                 try:
-                    _MEASURED[key] = sum(fleet_capacity(fleet, self.mixes[lengths]).values())
+                    _MEASURED[key] = sum(fleet_capacity(fleet, self.mixes[mix]).values())
                 except UnknownProfileError:
                     _MEASURED[key] = None
-            self._capacity[lengths] = _MEASURED[key]
-        return self._capacity[lengths]
+            self._capacity[mix] = _MEASURED[key]
+        return self._capacity[mix]
 
     def capacity_at(self, t: float) -> float | None:
-        return self.capacity(self.scenario.phase_at(t).lengths)
+        return self.capacity(_mix_of(self.scenario.phase_at(t)))
 
     def known_capacity(self) -> float | None:
         """The first phase's capacity if it was measured already (measuring costs seconds)."""
-        lengths = self.scenario.phases[0].lengths
-        return self._capacity.get(lengths)
+        return self._capacity.get(_mix_of(self.scenario.phases[0]))
 
     def rate(self, phase: Phase) -> float:
         if phase.rate_rps is not None:
             return phase.rate_rps
         assert phase.load is not None
-        capacity = self.capacity(phase.lengths)
+        capacity = self.capacity(_mix_of(phase))
         if capacity is None:
             i = self.scenario.phases.index(phase)
             message = (
@@ -87,9 +107,10 @@ class Workload:
             RatePhase(
                 duration_s=p.duration_s,
                 rate_rps=self.rate(p),
-                mix=self.mixes[p.lengths],
+                mix=self.mixes[_mix_of(p)],
                 burstiness=p.burstiness if p.arrivals == "gamma" else 1.0,
                 priorities=p.priorities,
+                max_tokens=p.max_tokens,
             )
             for p in self.scenario.phases
         ]

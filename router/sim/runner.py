@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -19,6 +19,7 @@ from router.sim.replica_model import engine_for
 from router.sim.simulator import WARMUP_SHARE, SimResult, Simulation
 from router.sim.workload import (
     Arrival,
+    CappedMix,
     LengthMix,
     LognormalMix,
     TraceMix,
@@ -40,6 +41,10 @@ class Workload:
     burstiness: float = 1.0
     lengths: str = "trace"
     """``trace`` (drawn from the trace's rows) or ``lognormal`` (a lognormal fit of them)."""
+    max_tokens: int | None = None
+    """What every client sends as ``max_tokens``: None (the default) sends each request's own
+    output length, as ``vllm bench serve`` does for its datasets; a number is a fixed cap that
+    every client sends, while the engine still stops at the trace's length (cut at the cap)."""
 
     def __post_init__(self) -> None:
         if self.arrivals not in ("poisson", "gamma", "trace"):
@@ -50,18 +55,21 @@ class Workload:
             raise ValueError("a trace replayed with its own timing brings its own lengths")
         if not self.burstiness > 0:
             raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
     @property
     def mix(self) -> LengthMix:
-        if self.lengths == "lognormal":
-            return LognormalMix.fit(self.trace)
-        return TraceMix(self.trace)
+        """The lengths the engines generate (outputs cut at ``max_tokens`` when it is set)."""
+        mix: LengthMix
+        mix = LognormalMix.fit(self.trace) if self.lengths == "lognormal" else TraceMix(self.trace)
+        return mix if self.max_tokens is None else CappedMix(mix, self.max_tokens)
 
     def generate(self, rate: float, duration: float, seed: int) -> Iterator[Arrival]:
         if self.arrivals == "trace":
-            return replay(self.trace, rate, duration)
+            return replay(self.trace, rate, duration, self.max_tokens)
         shape = self.burstiness if self.arrivals == "gamma" else 1.0
-        return gamma(rate, shape, duration, self.mix, random.Random(seed))
+        return gamma(rate, shape, duration, self.mix, random.Random(seed), self.max_tokens)
 
 
 def trace_rows(name_or_path: str) -> list[TraceRow]:
@@ -154,9 +162,9 @@ def simulate(
     if not (rate > 0 and duration > 0):
         raise ValueError(f"rate and duration must be > 0, got {rate} and {duration}")
     catalog = catalog or catalog_for(fleet)
-    sim = Simulation(
-        known_kv(fleet, catalog), strategy, seed=seed, catalog=catalog, capacities=capacities
-    )
+    # The router gets the fleet file as written: what it knows of each engine beyond that
+    # it learns as the live router does (the engines' /metrics, its own accounting).
+    sim = Simulation(fleet, strategy, seed=seed, catalog=catalog, capacities=capacities)
     start = WARMUP_SHARE * duration
     in_window = 0
 
@@ -168,29 +176,6 @@ def simulate(
 
     result = sim.run(counted(), duration)
     return Run(result, in_window / (duration - start))
-
-
-def known_kv(fleet: FleetConfig, catalog: ProfileCatalog) -> FleetConfig:
-    """The fleet with each replica's KV capacity filled in from its engine where the file
-    leaves it out.
-
-    Without it the router would send a replica requests larger than its cache, which a real
-    engine refuses (vLLM answers 400 past its ``max_model_len``) but the engine model would
-    hold forever. A capacity the file gives is kept: it is what the router believes.
-    """
-    nodes = tuple(
-        replace(
-            node,
-            replicas=tuple(
-                r
-                if r.kv_capacity_tokens is not None
-                else replace(r, kv_capacity_tokens=engine_for(r, catalog).kv_capacity)
-                for r in node.replicas
-            ),
-        )
-        for node in fleet.nodes
-    )
-    return replace(fleet, nodes=nodes)
 
 
 KEEP_UP = 0.95

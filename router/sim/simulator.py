@@ -5,6 +5,15 @@ one to the next. The core (queue, strategy, dispatch) is the very code the live 
 only the replicas are models (``router.sim.engine``). Everything random comes from one seed,
 so the same seed gives the same numbers.
 
+The simulated router knows what the live one would, and nothing more: the fleet file as
+written (no KV capacity or context length it does not give), each engine's ``/metrics`` as
+the live poller reads them (``Replica.engine``, every ``engine_metrics_interval_s`` of the
+fleet's health settings; never with 0), and its own accounting of what it sent and what came
+back. A request carries the ``max_tokens`` its client sent; the engine generates the arrival's
+own output length, at most that. A request longer than a replica's context or KV cache is
+refused by the engine before its first byte (HTTP 400, ``context_length_exceeded``), as the
+emulator and vLLM refuse it, and the live proxy's handling of that answer follows.
+
 Scripted runs (``gpurouter run --simulate``) add three things, none of which changes a plain
 run: callbacks at given virtual times (``at``), the request an arrival becomes
 (``make_request``, to set its priority), and faults on a replica (``kill``, ``revive``,
@@ -28,17 +37,18 @@ from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.http.health import HealthMonitor
 from router.imbalance import imbalance_factor
 from router.perf.profiles import ProfileCatalog, default_catalog
-from router.replica import Replica, ReplicaState
+from router.replica import EngineLoad, Replica, ReplicaState
 from router.request import Request
-from router.sim.engine import Engine, Sequence, StepCost
-from router.sim.replica_model import engine_for
+from router.sim.engine import BLOCK_TOKENS, Engine, Sequence, StepCost
+from router.sim.replica_model import deployment_for, engine_for
 from router.sim.workload import Arrival
 from router.stats import percentile
 
-ARRIVAL, STEP, EXPIRE, TUNE, CALL = range(5)
+ARRIVAL, STEP, EXPIRE, TUNE, CALL, ENGINE_METRICS = range(6)
 WARMUP_SHARE = 0.2
 REFUSED_AFTER_S = 0.001
-"""How long an attempt on a dead or failing replica takes to fail (a refused connection)."""
+"""How long an attempt on a dead or failing replica takes to fail (a refused connection), and
+how long an engine takes to answer 400 to a request it cannot hold."""
 
 
 @dataclass(slots=True)
@@ -52,6 +62,9 @@ class _Fault:
 @dataclass(slots=True)
 class _Record:
     arrival: float
+    generates: int | None = None
+    """Tokens the engine will generate (the arrival's output length), however much the
+    client allowed; None: as many as the request's ``max_tokens``."""
     first_token: float | None = None
     end: float | None = None
     outcome: Outcome | None = None
@@ -139,6 +152,9 @@ class Simulation(CoreListener):
         self._faults = [_Fault() for _ in self.engines]
         self._base_costs: list[StepCost] = [e.cost for e in self.engines]
         self._fault_rng = random.Random(seed + 1)
+        pairs = zip(self.core.pool, self.engines, strict=True)
+        self._longest = [_longest_request(r, e, catalog) for r, e in pairs]
+        """Per replica, the longest request (prompt plus max_tokens) its engine accepts."""
         self.health = HealthMonitor(self.core, self.fleet.router.health)
         """The live router's health monitor: passive ejection after failed attempts."""
 
@@ -157,8 +173,18 @@ class Simulation(CoreListener):
             if failure is not None:
                 self.at(self.clock.now + REFUSED_AFTER_S, lambda: self._attempt_failed(a, failure))
                 return
+        asked = req.prompt_tokens + req.max_tokens
+        if asked > self._longest[i]:
+            reason = (
+                f"{a.replica.id} answered 400: the request needs {asked} tokens, "
+                f"it holds {self._longest[i]} (context_length_exceeded)"
+            )
+            self.at(self.clock.now + REFUSED_AFTER_S, lambda: self._refused(a, reason))
+            return
         self._live[req.id] = a
-        self.engines[i].add(Sequence(req.id, req.prompt_tokens, req.max_tokens))
+        rec = self._records.get(req.id)
+        wanted = req.max_tokens if rec is None or rec.generates is None else rec.generates
+        self.engines[i].add(Sequence(req.id, req.prompt_tokens, min(wanted, req.max_tokens)))
         if not self._stepping[i]:
             self._kick(i)
 
@@ -192,6 +218,10 @@ class Simulation(CoreListener):
         tuning = self.fleet.router.adaptive.weights or self.fleet.router.adaptive.batch_sizes
         if tuning:
             self._push(interval, TUNE, 0)
+        poll = self.fleet.router.health.engine_metrics_interval_s
+        if poll > 0:
+            # As the live poller: a first reading at start, then one per interval.
+            self._push(0.0, ENGINE_METRICS, 0)
         stop = duration_s + drain_s
         while self._events:
             t, _, kind, index = heapq.heappop(self._events)
@@ -210,6 +240,10 @@ class Simulation(CoreListener):
                 self.core.tune()
                 if self._busy():
                     self._push(t + interval, TUNE, 0)
+            elif kind == ENGINE_METRICS:
+                self._engine_metrics()
+                if self._busy():
+                    self._push(t + poll, ENGINE_METRICS, 0)
             elif kind == CALL:
                 self._calls.pop(index)()
         return self._result(duration_s)
@@ -221,10 +255,12 @@ class Simulation(CoreListener):
         heapq.heappush(self._events, (t, self._seq, CALL, self._seq))
 
     def make_request(self, request_id: str, arrival: Arrival) -> Request:
-        """The request an arrival becomes; override to give it a priority or affinity key."""
-        return Request(
-            request_id, arrival.prompt_tokens, arrival.output_tokens, arrival=arrival.time
-        )
+        """The request an arrival becomes; override to give it a priority or affinity key.
+
+        It carries the ``max_tokens`` the client sends; the engine will generate the
+        arrival's ``output_tokens`` (at most that), which the router never sees.
+        """
+        return Request(request_id, arrival.prompt_tokens, arrival.max_tokens, arrival=arrival.time)
 
     def _busy(self) -> bool:
         return self._pending is not None or bool(self.core.running) or len(self.core.queue) > 0
@@ -243,7 +279,7 @@ class Simulation(CoreListener):
         assert arrival is not None
         if arrival.time < duration_s:
             rid = f"s{len(self._records)}"
-            self._records[rid] = _Record(arrival.time)
+            self._records[rid] = _Record(arrival.time, arrival.output_tokens)
             self.core.submit(self.make_request(rid, arrival))
             self._next_arrival(source)
         else:
@@ -271,6 +307,35 @@ class Simulation(CoreListener):
                 self.health.success(a.replica)
         if not self._stepping[i]:
             self._kick(i)
+
+    def _engine_metrics(self) -> None:
+        """What the live poller reads from each engine's /metrics, and what it does then."""
+        now = self.clock.now
+        for r, engine, fault in zip(self.core.pool, self.engines, self._faults, strict=True):
+            if fault.dead:
+                continue  # no answer: the last reading stays and ages, as live
+            r.engine = EngineLoad(
+                engine="vllm",
+                received_at=now,
+                waiting=len(engine.waiting),
+                running=engine.running,
+                kv_usage=engine.kv_usage,
+                # vLLM's cache_config_info: whole blocks times the block size.
+                kv_capacity_tokens=engine.kv_capacity // BLOCK_TOKENS * BLOCK_TOKENS,
+                preemptions_total=engine.preemptions,
+            )
+            self.core.pool.changed(r)
+        if len(self.core.queue):
+            self.core.dispatch()  # freed KV cache may let a waiting request go now
+
+    def _refused(self, a: Assignment, reason: str) -> None:
+        """The engine answered 400 before any token: as the live proxy takes such an answer
+        (relayed to the client, the replica not blamed, the request not retried)."""
+        if self.core.running.get(a.request.id) is not a:
+            return
+        self.health.success(a.replica)
+        self.core.first_byte(a)
+        self.core.fail(a, reason, retryable=False)
 
     # ---- faults (as EmulatedFleet sets them on live replicas) ------------------------------
 
@@ -400,3 +465,13 @@ class Simulation(CoreListener):
             busy_fraction=min(1.0, engine.busy_seconds / self._duration),
             preemptions=engine.preemptions,
         )
+
+
+def _longest_request(replica: Replica, engine: Engine, catalog: ProfileCatalog) -> int:
+    """The longest request (prompt plus ``max_tokens``) a replica's engine accepts, by the
+    emulator's rule (``EmulatedReplica.plan``): within the context (the fleet file's, else the
+    model's own) and within the KV cache less the 1% watermark an empty engine keeps free."""
+    config = replica.config
+    context = config.max_context_tokens or deployment_for(config, catalog).model.max_context_tokens
+    kv = engine.kv_capacity - engine.kv_capacity // 100
+    return min(context, kv)

@@ -4,6 +4,12 @@ Arrivals are Poisson or gamma-bursty (as ``vllm bench serve`` defines burstiness
 inter-arrival times with shape ``burstiness`` and the same mean, so 1 is Poisson and smaller
 is burstier), or a real trace replayed with its own timing, rescaled to a target rate. Lengths
 come from lognormal fits or are drawn from a trace's rows.
+
+Each arrival carries two output lengths: ``max_tokens``, what the client sends (the router's
+only knowledge of how long the answer may be), and ``output_tokens``, what the engine will
+generate (the trace's length, at most ``max_tokens``). By default a client sends its request's
+own output length, as ``vllm bench serve`` does for its datasets; with a ``max_tokens`` cap
+every client sends that cap and the engine still stops at the trace's length.
 """
 
 from __future__ import annotations
@@ -26,6 +32,19 @@ class Arrival:
     """Seconds from the start of the run."""
     prompt_tokens: int
     output_tokens: int
+    """Tokens the engine will generate before the "model" stops (at most ``max_tokens``)."""
+    max_tokens: int
+    """What the client sends as ``max_tokens``: all the router learns of the output."""
+
+
+def arrival(
+    time: float, prompt_tokens: int, output_tokens: int, max_tokens: int | None = None
+) -> Arrival:
+    """An arrival whose client sends ``max_tokens`` (None: its own output length); the engine
+    generates ``output_tokens``, cut at that cap."""
+    if max_tokens is None:
+        return Arrival(time, prompt_tokens, output_tokens, output_tokens)
+    return Arrival(time, prompt_tokens, min(output_tokens, max_tokens), max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +106,33 @@ class TraceMix(LengthMix):
         return row.prompt_tokens, row.output_tokens
 
 
+class CappedMix(LengthMix):
+    """Another mix with every output cut at ``cap`` tokens: what engines generate when every
+    client sends ``max_tokens = cap``."""
+
+    def __init__(self, mix: LengthMix, cap: int) -> None:
+        if cap < 1:
+            raise ValueError(f"a max_tokens cap must be >= 1, got {cap}")
+        self.mix = mix
+        self.cap = cap
+        self.mean_prompt = mix.mean_prompt
+        if isinstance(mix, TraceMix):
+            outputs = [min(r.output_tokens, cap) for r in mix.rows]
+            self.mean_output = sum(outputs) / len(outputs)
+        else:
+            # No closed form for every mix: the mean of a fixed sample (the same every time).
+            rng = random.Random(0)
+            draws = [min(mix.sample(rng)[1], cap) for _ in range(_MEAN_SAMPLE)]
+            self.mean_output = sum(draws) / len(draws)
+
+    def sample(self, rng: random.Random) -> tuple[int, int]:
+        p, o = self.mix.sample(rng)
+        return p, min(o, self.cap)
+
+
+_MEAN_SAMPLE = 10_000
+
+
 def _median_mean(ordered: Sequence[int]) -> tuple[float, float]:
     n = len(ordered)
     median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
@@ -101,15 +147,27 @@ def _lognormal(median: float, mean: float) -> tuple[float, float]:
     return math.log(median), math.sqrt(2.0 * math.log(mean / median))
 
 
-def poisson(rate: float, duration: float, mix: LengthMix, rng: random.Random) -> Iterator[Arrival]:
+def poisson(
+    rate: float,
+    duration: float,
+    mix: LengthMix,
+    rng: random.Random,
+    max_tokens: int | None = None,
+) -> Iterator[Arrival]:
     """Poisson arrivals at ``rate`` per second for ``duration`` seconds."""
-    return gamma(rate, 1.0, duration, mix, rng)
+    return gamma(rate, 1.0, duration, mix, rng, max_tokens)
 
 
 def gamma(
-    rate: float, burstiness: float, duration: float, mix: LengthMix, rng: random.Random
+    rate: float,
+    burstiness: float,
+    duration: float,
+    mix: LengthMix,
+    rng: random.Random,
+    max_tokens: int | None = None,
 ) -> Iterator[Arrival]:
-    """Gamma inter-arrivals with mean 1/rate and shape ``burstiness`` (1.0 is Poisson)."""
+    """Gamma inter-arrivals with mean 1/rate and shape ``burstiness`` (1.0 is Poisson); every
+    client sends ``max_tokens`` (None: its request's own output length)."""
     if rate <= 0 or burstiness <= 0:
         raise ValueError("rate and burstiness must be positive")
     t = 0.0
@@ -119,13 +177,16 @@ def gamma(
         if t >= duration:
             return
         p, o = mix.sample(rng)
-        yield Arrival(t, p, o)
+        yield arrival(t, p, o, max_tokens)
 
 
-def replay(rows: Sequence[TraceRow], rate: float, duration: float) -> Iterator[Arrival]:
+def replay(
+    rows: Sequence[TraceRow], rate: float, duration: float, max_tokens: int | None = None
+) -> Iterator[Arrival]:
     """A trace with its own burstiness, time-scaled to a mean of ``rate`` per second.
 
-    The trace loops if the run outlasts it.
+    The trace loops if the run outlasts it. Every client sends ``max_tokens`` (None: its
+    request's own output length).
     """
     if not rows:
         return
@@ -137,7 +198,7 @@ def replay(rows: Sequence[TraceRow], rate: float, duration: float) -> Iterator[A
             t = lap + r.offset_s * scale
             if t >= duration:
                 return
-            yield Arrival(t, r.prompt_tokens, r.output_tokens)
+            yield arrival(t, r.prompt_tokens, r.output_tokens, max_tokens)
         lap += span * scale + scale * span / len(rows)
 
 
