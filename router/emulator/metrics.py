@@ -3,16 +3,31 @@
 Names, label and histogram buckets follow vLLM's V1 engine, so dashboards and the router's
 scraper read an emulated replica as they read a real one. Times are engine seconds (see
 router.emulator.driver). Each replica has its own registry: one process hosts many replicas.
+
+Like vLLM, it publishes its KV cache's size as the labels of ``vllm:cache_config_info`` (a
+gauge at 1: ``num_gpu_blocks`` of ``block_size`` 16 tokens, and ``kv_cache_size_tokens``, the
+engine's exact capacity) and its cumulative preemptions as ``vllm:num_preemptions_total``,
+both with vLLM's ``engine`` label and its labels in vLLM's (sorted) order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
-from router.sim.engine import Engine
+from router.sim.engine import BLOCK_TOKENS, Engine
 
-__all__ = ["CONTENT_TYPE", "E2E_BUCKETS", "TTFT_BUCKETS", "ReplicaMetrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "E2E_BUCKETS",
+    "TTFT_BUCKETS",
+    "ReplicaMetrics",
+    "cache_config_labels",
+]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of the Prometheus text format."""
@@ -30,6 +45,38 @@ E2E_BUCKETS = (
 """vLLM's buckets for ``vllm:e2e_request_latency_seconds``."""
 
 _LABELS = ("model_name",)
+_ENGINE_INDEX = "0"
+"""vLLM's ``engine`` label: the index of the engine in a data-parallel server; one here."""
+
+
+def cache_config_labels(kv_capacity_tokens: int) -> dict[str, str]:
+    """The labels of vLLM's ``vllm:cache_config_info`` for a cache of this many tokens: a
+    subset of vLLM's ``CacheConfig`` fields, each a string as vLLM writes it, keys sorted."""
+    return {
+        "block_size": str(BLOCK_TOKENS),
+        "cache_dtype": "auto",
+        "enable_prefix_caching": "False",
+        "engine": _ENGINE_INDEX,
+        "kv_cache_size_tokens": str(kv_capacity_tokens),
+        "num_gpu_blocks": str(kv_capacity_tokens // BLOCK_TOKENS),
+    }
+
+
+class _Preemptions(Collector):
+    """``vllm:num_preemptions_total``, read from the engine when scraped."""
+
+    def __init__(self, model_name: str, engine: Engine) -> None:
+        self._model_name = model_name
+        self._engine = engine
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            labels=("engine", "model_name"),
+        )
+        family.add_metric((_ENGINE_INDEX, self._model_name), self._engine.preemptions)
+        yield family
 
 
 class ReplicaMetrics:
@@ -50,6 +97,14 @@ class ReplicaMetrics:
             "vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.", _LABELS, registry=r
         )
         kv.labels(model_name).set_function(lambda: engine.kv_usage)
+        info = cache_config_labels(engine.kv_capacity)
+        Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            tuple(info),
+            registry=r,
+        ).labels(**info).set(1)
+        r.register(_Preemptions(model_name, engine))
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds",
             "Time to first token, seconds.",
