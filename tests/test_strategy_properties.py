@@ -107,7 +107,7 @@ def _apply(pool: ReplicaPool, op: tuple[Any, ...], now: float) -> None:
         pool.changed(r)
     elif kind == "engine":
         # Engine /metrics arrive on the poller's timer: read at pick time, like telemetry.
-        r.engine = EngineLoad("vllm", received_at=now - op[3], waiting=op[2])
+        r.engine = EngineLoad("vllm", received_at=now - op[3], waiting=op[2], running=op[2] * 3)
     elif kind == "batch":
         r.batch_size = op[2]
         pool.changed(r)
@@ -160,7 +160,13 @@ def _kv_room(r: Replica, now: float, stale_after_s: float) -> float:
 def _engine_queueing(r: Replica, now: float, stale_after_s: float) -> bool:
     e = r.engine
     fresh = e is not None and now - e.received_at < stale_after_s
-    return fresh and e is not None and (e.waiting or 0) > 0 and r.in_flight > 0
+    return (
+        fresh
+        and e is not None
+        and (e.waiting or 0) > 0
+        and r.in_flight > 0
+        and r.in_flight >= (e.running or 0)
+    )
 
 
 def _brute_force_best(s: Strategy, req: Request, can: list[Replica]) -> float | None:

@@ -35,7 +35,7 @@ from router.clock import ManualClock
 from router.config.schema import FleetConfig, StrategyConfig
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.http.health import HealthMonitor
-from router.imbalance import imbalance_factor
+from router.imbalance import capacity_loads, imbalance_factor
 from router.perf.profiles import ProfileCatalog, default_catalog
 from router.replica import EngineLoad, Replica, ReplicaState
 from router.request import Request
@@ -80,8 +80,9 @@ class ReplicaResult:
     throughput_rps: float
     capacity_rps: float
     utilization: float
-    """Work sent to the replica over its capacity (requests dispatched per second over its
-    saturation rate), at most 1: an overloaded replica reads 1 even while it thrashes."""
+    """The replica's load as the live router computes it (router/imbalance.py): work sent per
+    second in the steady-state window over the router's learned capacity at the end of the
+    run; above 1 when it was sent more than it can do."""
     busy_fraction: float
     """Share of the time the engine was stepping (what NVML calls utilization)."""
     preemptions: int
@@ -146,7 +147,7 @@ class Simulation(CoreListener):
         self._live: dict[str, Assignment] = {}
         self._records: dict[str, _Record] = {}
         self._pending: Arrival | None = None
-        self._dispatched = [0] * len(self.engines)
+        self._dispatched = [0.0] * len(self.engines)
         self._duration = 0.0
         self._calls: dict[int, Callable[[], None]] = {}
         self._faults = [_Fault() for _ in self.engines]
@@ -166,7 +167,7 @@ class Simulation(CoreListener):
         # Utilization is read over the same steady-state window as throughput; dispatches in
         # the drain after the last arrival would overstate it.
         if WARMUP_SHARE * self._duration < self.clock.now <= self._duration:
-            self._dispatched[i] += 1
+            self._dispatched[i] += req.cost
         fault = self._faults[i]
         if fault.dead or fault.fail_fraction:
             failure = self._failure(fault)
@@ -454,14 +455,14 @@ class Simulation(CoreListener):
         engine = self.engines[i]
         capacity = self.capacities.get(r.id, 0.0)
         rps = completed / window_s
-        offered = self._dispatched[i] / window_s
+        (load,) = capacity_loads([self._dispatched[i] / window_s], [r.speed])
         return ReplicaResult(
             id=r.id,
             gpu_model=r.config.gpu_model,
             completed=completed,
             throughput_rps=rps,
             capacity_rps=capacity,
-            utilization=min(1.0, offered / capacity) if capacity > 0 else 0.0,
+            utilization=load,
             busy_fraction=min(1.0, engine.busy_seconds / self._duration),
             preemptions=engine.preemptions,
         )

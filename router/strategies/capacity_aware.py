@@ -106,13 +106,17 @@ class CapacityAware(Strategy):
         return best
 
     def _queueing(self, r: Replica, now: float) -> bool:
-        """The engine says, freshly, that requests wait in its own queue while it runs ours."""
+        """The engine said, freshly, that requests wait in its own queue, and we still have
+        at least as many in flight there as it was running: its batch is full. Compared with
+        what it ran, not the queue alone, so a reading a second old does not hold requests
+        back once ours have finished."""
         e = r.engine
         return (
             e is not None
             and e.waiting is not None
             and e.waiting > 0
             and r.in_flight > 0
+            and r.in_flight >= (e.running or 0)
             and now - e.received_at < self.stale_after_s
         )
 
