@@ -4,12 +4,14 @@
 divide by zero, and 1.0 when every replica is idle. Bands from practice: under 1.1 is
 excellent, under 1.2 good, up to 1.5 worth watching, above 1.5 needs action.
 
-A replica's load is the work sent to it per second over its learned capacity (the cost units
-it completes per second at saturation, router/capacity.py): the share of what the card can
-do that the router asks of it, 1.0 at its limit and above when it is sent more than it can
-do. Not requests in flight over static-weight shares (which read "good" on a fleet whose
-cards were unevenly worked, because the weights did not match the cards), and not the GPU's
-own utilization, which for an LLM engine reads near 100% on any busy card
+A replica's load is the work asked of it over a window (the work sent to it in the window
+plus the work it still holds) over the work it can do in that window at its learned capacity
+(the cost units it completes per second at saturation, router/capacity.py): 1.0 at its limit,
+above when it is asked more than it can do. Counting the work it holds keeps a card that is
+busy with a backlog from reading as idle just because nothing new was sent to it. Not
+requests in flight over static-weight shares (which read "good" on a fleet whose cards were
+unevenly worked, because the weights did not match the cards), and not the GPU's own
+utilization, which for an LLM engine reads near 100% on any busy card
 (docs/decisions/0002-imbalance-from-load.md, 0003-imbalance-over-learned-capacity.md). The
 simulator, the console, the headless JSON and /metrics all compute it with
 :func:`capacity_loads` and :func:`imbalance_factor`; the live router reads the work over the
@@ -40,10 +42,16 @@ def imbalance_factor(utilizations: Iterable[float]) -> float:
     return max(max(values), FLOOR) / max(min(values), FLOOR)
 
 
-def capacity_loads(work_per_s: Sequence[float], capacity_per_s: Sequence[float]) -> list[float]:
-    """Each replica's work sent per second over the work it can do per second (both in the
-    same units, cost units per second); 0 where its capacity is unknown or zero."""
-    return [w / c if c > 0 else 0.0 for w, c in zip(work_per_s, capacity_per_s, strict=True)]
+def capacity_loads(
+    sent: Sequence[float], held: Sequence[float], capacity_per_s: Sequence[float], window_s: float
+) -> list[float]:
+    """Each replica's work asked over ``window_s``, ``sent`` in it plus ``held`` at its end
+    (cost units), over the work it can do in the window (``capacity_per_s * window_s``); 0
+    where its capacity is unknown or zero."""
+    return [
+        (s + h) / (c * window_s) if c > 0 and window_s > 0 else 0.0
+        for s, h, c in zip(sent, held, capacity_per_s, strict=True)
+    ]
 
 
 def band(factor: float) -> Band:

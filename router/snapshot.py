@@ -152,10 +152,15 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
 
 
 def replica_loads(core: RouterCore, replicas: Sequence[Replica], now: float) -> list[float]:
-    """Each replica's load (router/imbalance.py): work sent over the last window per second,
-    over its learned capacity; in order."""
+    """Each replica's load (router/imbalance.py): work sent over the last window plus the
+    work it still holds, over what it does in the window at its learned capacity; in order."""
+    windows = [core.stats[r.index].cost_sent for r in replicas]
+    window_s = windows[0].window_s if windows else 1.0
     return capacity_loads(
-        [core.stats[r.index].cost_sent.rate(now) for r in replicas], [r.speed for r in replicas]
+        [w.rate(now) * w.window_s for w in windows],
+        [r.outstanding_cost for r in replicas],
+        [r.speed for r in replicas],
+        window_s,
     )
 
 

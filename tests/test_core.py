@@ -224,19 +224,20 @@ def test_a_cancelled_request_frees_its_slot_and_fails_once() -> None:
     assert core.cancel("q9") is None
 
 
-def test_snapshot_reports_imbalance_as_work_sent_over_learned_capacity() -> None:
-    """Round-robin sends two replicas the same work; one is (by the operator's pin) three
-    times as fast, so its load is a third of the other's: factor 3, band "action"."""
+def test_snapshot_reports_imbalance_as_work_asked_over_learned_capacity() -> None:
+    """Round-robin sends two replicas the same work (each finished one of its two); one is
+    (by the operator's pin) three times as fast, so its load is a third of the other's:
+    factor 3, band "action"."""
     core, clock, rec = make_core(weights=[1.0, 1.0], batch_sizes=[4, 4], strategy="round-robin")
     core.set_weight("r0", 3.0)
     core.refresh_capacity()
     assert core.replica("r0").speed == pytest.approx(3 * core.replica("r1").speed)
     for i in range(4):
         core.submit(req(i, clock))
-    core.complete(rec.assigned[1])
+    core.complete(rec.assigned[2])
     core.complete(rec.assigned[3])
     snap = core.snapshot()
-    assert [r.in_flight for r in snap.replicas] == [2, 0]
+    assert [r.in_flight for r in snap.replicas] == [1, 1]
     assert snap.replicas[1].load == pytest.approx(3 * snap.replicas[0].load)
     assert snap.imbalance_factor == pytest.approx(3.0)
     assert snap.band == "action"

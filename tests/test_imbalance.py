@@ -50,10 +50,12 @@ def test_factor_is_at_least_one(values: list[float]) -> None:
     assert imbalance_factor(values) >= 1.0
 
 
-def test_load_is_work_sent_per_second_over_learned_capacity() -> None:
-    loads = capacity_loads([300.0, 100.0], [1200.0, 400.0])
+def test_load_is_work_asked_over_what_learned_capacity_does_in_the_window() -> None:
+    """Sent 2,000 and holding 1,000 over 10 s at 120/s: 3,000 of 1,200 it could do."""
+    assert capacity_loads([2000.0], [1000.0], [120.0], 10.0) == pytest.approx([2.5])
+    loads = capacity_loads([3000.0, 1000.0], [0.0, 0.0], [1200.0, 400.0], 10.0)
     assert loads == pytest.approx([0.25, 0.25])
-    assert capacity_loads([5.0], [0.0]) == [0.0]  # unknown capacity: no load to compare
+    assert capacity_loads([5.0], [0.0], [0.0], 10.0) == [0.0]  # unknown capacity: none
 
 
 @given(
@@ -61,8 +63,10 @@ def test_load_is_work_sent_per_second_over_learned_capacity() -> None:
     st.floats(0.01, 2.0),
 )
 def test_work_in_proportion_to_capacity_is_balanced(capacities: list[float], share: float) -> None:
-    work = [c * share for c in capacities]
-    assert imbalance_factor(capacity_loads(work, capacities)) == pytest.approx(1.0)
+    work = [c * share * 10.0 for c in capacities]
+    held = [c * share for c in capacities]
+    loads = capacity_loads(work, held, capacities, 10.0)
+    assert imbalance_factor(loads) == pytest.approx(1.0)
 
 
 def _core_with_in_flight(strategy: str, n: int) -> RouterCore:

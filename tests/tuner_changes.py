@@ -1,7 +1,7 @@
 """Real tuner changes for tests: a core with adaptive batch sizes on, driven until it moves one.
 
 The rule these tests lean on is the plainest one a batch tuner has: a replica that fills every
-slot while nothing says it is overloaded may take more work. Tests that only check rendering
+slot while its engine says it is not overloaded (an empty engine queue) may take more work. Tests that only check rendering
 build a :class:`~router.adaptive.TunerChange` by hand instead.
 """
 
@@ -14,7 +14,7 @@ from router.adaptive import TunerChange
 from router.clock import ManualClock
 from router.config.schema import AdaptiveConfig, FleetConfig
 from router.core import RouterCore
-from router.replica import Telemetry
+from router.replica import EngineLoad
 from router.request import Request
 from tests.fleet_factory import make_fleet
 
@@ -37,19 +37,21 @@ def tuning_core(fleet: FleetConfig | None = None) -> tuple[RouterCore, ManualClo
 
 
 def saturate(core: RouterCore, clock: ManualClock) -> None:
-    """More requests than slots, and fresh GPU readings of a card with room to spare: every
+    """More requests than slots, and fresh engine readings with an empty engine queue: every
     replica is full and nothing says it is overloaded."""
     slots = sum(r.batch_size for r in core.pool)
     for i in range(2 * slots):
         core.submit(Request(f"tune-{i}", 100, 32, arrival=clock()))
     for r in core.pool:
-        r.telemetry = Telemetry(utilization=0.3, received_at=clock())
+        r.engine = EngineLoad("vllm", received_at=clock(), waiting=0, running=r.in_flight)
 
 
 def drive_a_tuner_change(core: RouterCore, clock: ManualClock) -> list[TunerChange]:
     """Saturate the fleet, then run tuner rounds until one changes something; its changes."""
     saturate(core, clock)
     for _ in range(MAX_ROUNDS):
+        for r in core.pool:  # the engine metrics poller's fresh reading each round
+            r.engine = EngineLoad("vllm", received_at=clock(), waiting=0, running=r.in_flight)
         changes = core.tune()
         if changes:
             return changes

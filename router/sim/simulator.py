@@ -148,6 +148,8 @@ class Simulation(CoreListener):
         self._records: dict[str, _Record] = {}
         self._pending: Arrival | None = None
         self._dispatched = [0.0] * len(self.engines)
+        self._held = [0.0] * len(self.engines)
+        """Work each replica still held when the steady-state window closed."""
         self._duration = 0.0
         self._calls: dict[int, Callable[[], None]] = {}
         self._faults = [_Fault() for _ in self.engines]
@@ -212,6 +214,7 @@ class Simulation(CoreListener):
         """Feed ``arrivals`` (sorted by time) for ``duration_s``, then let work finish for up
         to ``drain_s`` more virtual seconds."""
         self._duration = duration_s
+        self.at(duration_s, self._close_window)
         source = iter(arrivals)
         self._next_arrival(source)
         self._push(1.0, EXPIRE, 0)
@@ -254,6 +257,9 @@ class Simulation(CoreListener):
         self._seq += 1
         self._calls[self._seq] = fn
         heapq.heappush(self._events, (t, self._seq, CALL, self._seq))
+
+    def _close_window(self) -> None:
+        self._held = [r.outstanding_cost for r in self.core.pool]
 
     def make_request(self, request_id: str, arrival: Arrival) -> Request:
         """The request an arrival becomes; override to give it a priority or affinity key.
@@ -455,7 +461,7 @@ class Simulation(CoreListener):
         engine = self.engines[i]
         capacity = self.capacities.get(r.id, 0.0)
         rps = completed / window_s
-        (load,) = capacity_loads([self._dispatched[i] / window_s], [r.speed])
+        (load,) = capacity_loads([self._dispatched[i]], [self._held[i]], [r.speed], window_s)
         return ReplicaResult(
             id=r.id,
             gpu_model=r.config.gpu_model,
