@@ -10,7 +10,7 @@ import gc
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from console.app import GC_THRESHOLDS, ConsoleApp
 from console.messages import FilterClosed
@@ -19,6 +19,7 @@ from console.screens.help import HelpScreen
 from console.screens.replica_detail import ReplicaDetail
 from console.screens.strategy_picker import StrategyPicker
 from console.screens.value_input import ValueScreen
+from console.view.format import pct, rate
 from console.widgets.events_pane import EventsPane
 from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
@@ -372,9 +373,10 @@ async def test_refresh_redraws_only_changed_cells() -> None:
         rig.core.set_batch_size("r3", 9)
         app.refresh_data()
         await pilot.pause()
-        # r3's run/batch cell and its utilization (the router's estimate: in flight / batch).
-        assert table.cell_updates - before == 2
-        assert drawn_text(table, "node-0/3", "load") == f"{rig.core.replica('r3').in_flight}/9*"
+        # r3's run/batch cell, its utilization (the router's estimate: in flight / batch) and
+        # its load (the queued work the larger batch let the router send it).
+        assert table.cell_updates - before == 3
+        assert drawn_text(table, "node-0/3", "run") == f"{rig.core.replica('r3').in_flight}/9*"
 
 
 async def test_detail_view_shows_decisions_and_history() -> None:
@@ -394,6 +396,28 @@ async def test_detail_view_shows_decisions_and_history() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, ReplicaDetail)
+
+
+async def test_detail_view_shows_the_replicas_learned_capacity_block() -> None:
+    """Learned req/s with its source, age and the load on it; the prior against the
+    measurement; the KV cache with its source and age; the engine's preemptions."""
+    rig = loaded_rig()
+    app = app_for(rig)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.refresh_data(tick=True)
+        await pilot.press("i")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ReplicaDetail)
+        block = screen.query_one("#capacity", Static)
+        assert block.border_title == "Capacity"
+        r0 = next(r for r in app.backend.snapshot().replicas if r.id == "r0")
+        learned, versus, kv = str(block.render()).splitlines()
+        assert learned.startswith(f"learned {rate(r0.capacity_rps)} req/s  from prior  refined ")
+        assert learned.endswith(f"load {pct(r0.load)} of it")
+        assert versus.startswith(f"prior {rate(r0.capacity_prior_rps)} req/s   measured ")
+        assert kv == "KV cache unknown   engine preemptions —"  # no engine reading yet
+        assert block.region.height == 5  # three lines in a border, all on screen
 
 
 def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:

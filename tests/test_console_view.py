@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from console.actions import ACTIONS, BY_ID, RESERVED_KEYS, resolve_keys
 from console.backend import samples_from
 from console.screens.value_input import Answer, parse_value
+from console.view.capacity import capacity_lines
 from console.view.events import Watch, alerts, event_line
-from console.view.fleet import SORTS, gpu_rows, select, state_cell, table_rows
-from console.view.format import Tone, bar, duration, sparkline
+from console.view.fleet import COLUMNS, SORTS, gpu_rows, select, state_cell, table_rows
+from console.view.format import Tone, bar, duration, sparkline, tokens
 from console.view.header import Modes, header_lines
 from console.view.impact import impact, impact_lines
-from console.view.models import model_rows
+from console.view.models import LEGEND, model_rows
 from router.adaptive import TunerChange
 from router.errors import ConfigError
+from router.snapshot import ReplicaSnapshot
 from router.telemetry.status import DISABLED
 from tests.console_helpers import WALL, loaded_rig, telemetry_for
 
 
 def _text(line: tuple[tuple[str, Tone], ...]) -> str:
     return "".join(t for t, _ in line)
+
+
+def _cell(cells: tuple[tuple[str, Tone], ...], column: str) -> tuple[str, Tone]:
+    """A row's cell by its column's id."""
+    return cells[[c.id for c in COLUMNS].index(column)]
 
 
 def test_bar_fills_in_eighths_and_never_overflows() -> None:
@@ -49,9 +58,9 @@ def test_every_gpu_is_a_row_and_without_telemetry_utilization_is_the_routers_est
     assert [r.key for r in rows] == ["node-0/0", "node-0/1", "node-0/2", "node-0/3"]
     assert all(not r.util_fresh and not r.telemetry for r in rows)
     cells = table_rows(rows, "node", lambda _: [], {})
-    util = cells[1].cells[3][0]
+    util = _cell(cells[1].cells, "util")[0]
     assert "~" in util  # marked as an estimate, never as a GPU reading
-    assert cells[1].cells[9] == ("router", Tone.DIM)
+    assert _cell(cells[1].cells, "data") == ("router", Tone.DIM)
 
 
 def test_fresh_telemetry_gives_per_gpu_readings() -> None:
@@ -64,8 +73,8 @@ def test_fresh_telemetry_gives_per_gpu_readings() -> None:
     assert r1.mem == pytest.approx(34_000 / 81_920)
     assert (r1.power_w, r1.temp_c, r1.state) == (240.0, 63, "active")
     cells = table_rows(rows, "node", lambda _: [0.5], {})[2].cells
-    assert "~" not in cells[3][0]
-    assert cells[10][0] == "240/400W"
+    assert "~" not in _cell(cells, "util")[0]
+    assert _cell(cells, "power")[0] == "240/400W"
 
 
 def test_stale_and_offline_nodes_are_marked_in_words_not_only_colour() -> None:
@@ -139,7 +148,87 @@ def test_header_counts_fresh_stale_and_dropped() -> None:
     assert "dropped 1 lost 2" in text
 
 
-def test_model_summary_flags_a_tier_doing_less_than_its_weight() -> None:
+def test_token_counts_are_short() -> None:
+    assert [tokens(n) for n in (900, 9500, 450_000, 999_999, 1_200_000, 12_000_000)] == [
+        "900",
+        "9.5k",
+        "450k",
+        "1.0M",
+        "1.2M",
+        "12M",
+    ]
+
+
+def _r0(**changes: object) -> ReplicaSnapshot:
+    r0 = loaded_rig().core.snapshot().replicas[0]
+    return replace(r0, **changes)  # type: ignore[arg-type]
+
+
+def test_capacity_block_says_where_each_figure_came_from_and_how_old_it_is() -> None:
+    measured = _r0(
+        capacity_rps=12.4,
+        capacity_source="measured",
+        capacity_age_s=3.0,
+        capacity_prior_rps=8.3,
+        capacity_measured_rps=13.1,
+        load=1.2,
+        kv_capacity_tokens=450_000,
+        kv_capacity_source="engine",
+        kv_capacity_age_s=2.0,
+        engine_preemptions=7,
+    )
+    learned, versus, kv = capacity_lines(measured)
+    assert _text(learned) == "learned 12.4 req/s  from measured  refined 3.0s ago   load 120% of it"
+    assert learned[-1][1] is Tone.WARN  # sent more than it can do
+    assert _text(versus) == "prior 8.3 req/s   measured 13.1 req/s"
+    assert _text(kv) == "KV cache 450k tokens  from engine, read 2.0s ago   engine preemptions 7"
+
+
+def test_capacity_block_of_a_replica_never_measured_or_pinned_by_an_operator() -> None:
+    fresh = _r0(
+        capacity_rps=8.3,
+        capacity_source="prior",
+        capacity_age_s=None,
+        capacity_prior_rps=8.3,
+        capacity_measured_rps=None,
+        load=0.0,
+        kv_capacity_tokens=80_000,
+        kv_capacity_source="fleet file",
+        kv_capacity_age_s=None,
+        engine_preemptions=None,
+    )
+    learned, versus, kv = capacity_lines(fresh)
+    assert _text(learned) == (
+        "learned 8.3 req/s  from prior  never refined by a completion   load 0% of it"
+    )
+    assert _text(versus) == "prior 8.3 req/s   measured — (nothing completed yet)"
+    assert _text(kv) == "KV cache 80k tokens  from fleet file   engine preemptions —"
+    pinned = replace(fresh, capacity_source="operator", capacity_rps=20.0)
+    learned, versus, _ = capacity_lines(pinned)
+    assert "from operator" in _text(learned)
+    assert _text(versus).endswith("(a pinned weight overrides both)")
+
+
+def test_the_load_column_is_work_over_learned_capacity_and_sorts_busiest_first() -> None:
+    rig = loaded_rig()
+    snap = rig.core.snapshot()
+    loads = {"r0": 0.2, "r1": 1.3, "r2": 0.7, "r3": 0.0}
+    snap = replace(snap, replicas=tuple(replace(r, load=loads[r.id]) for r in snap.replicas))
+    rows = gpu_rows(rig.core.fleet, snap, DISABLED, {})
+    (column,) = [c for c in COLUMNS if c.id == "load"]
+    assert column.label == "Load/cap"
+    assert [r.replica for r in select(rows, "load", "")] == ["r1", "r2", "r0", "r3"]
+    cells = {t.replica: _cell(t.cells, "load") for t in table_rows(rows, "load", lambda _: [], {})}
+    assert cells["r1"] == ("130%", Tone.WARN)  # more than the card can do
+    assert cells["r2"] == ("70%", Tone.NORMAL)
+    assert _cell(table_rows(rows, "load", lambda _: [], {})[0].cells, "run")[0] == "4/4"
+
+
+def test_the_model_summary_says_capacity_is_learned() -> None:
+    assert "learned capacity" in LEGEND
+
+
+def test_model_summary_flags_a_tier_doing_less_than_its_share_of_learned_capacity() -> None:
     rig = loaded_rig(requests=0, completed=0)
     from router.snapshot import GpuModelSummary
 

@@ -172,7 +172,10 @@ async def test_status_prints_a_table_of_the_fleet(server: RouterServer, ctl: Ctl
     assert lines[1].endswith("· in flight 0")
     assert lines[2].startswith("queue 0/")
     assert lines[3].startswith("imbalance 1.00 (excellent) · A100-80GB 1.00 · V100-32GB 1.00")
-    rows = {line.split()[0]: line.split() for line in lines if line.split()[:1] in (["a"], ["b"])}
+    rows: dict[str, list[str]] = {}
+    for line in lines:  # the replica table's rows, not the capacity table's after them
+        if line.split()[:1] in (["a"], ["b"]):
+            rows.setdefault(line.split()[0], line.split())
     batch = server.core.replica("a").batch_size
     assert rows["a"][:6] == ["a", "A100-80GB", "active", f"0/{batch}", "1/2*", "0%"]
     assert rows["b"][:6] == ["b", "V100-32GB", "active", f"0/{batch}", "1/1", "0%"]
@@ -187,6 +190,51 @@ async def test_status_json_is_the_admin_state(server: RouterServer, ctl: Ctl) ->
     assert [r["id"] for r in state["replicas"]] == ["a", "b"]
     assert state["strategy"] == server.core.strategy.name
     assert set(state["health"]) == {"a", "b"}
+
+
+async def test_status_shows_learned_capacity_and_the_engines_kv_size_with_source_and_age(
+    server: RouterServer, ctl: Ctl
+) -> None:
+    """The replica that served a request shows how long ago a completion refined its
+    capacity; a pinned weight reads as the operator's figure; each KV size is the engine's,
+    with the age of the reading. ``--json`` carries every field."""
+    await server.engine_metrics.poll_once()
+    async with httpx.AsyncClient(base_url=server.front_url, timeout=10) as front:
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        assert (await front.post("/v1/completions", json=body)).status_code == 200
+    served = next(r.id for r in server.core.snapshot().replicas if r.completed)
+    other = "b" if served == "a" else "a"
+    server.control.apply(SetWeight(other, 2.0))
+    result = await ctl("--admin", server.admin_url, "status")
+    assert (result.code, result.err) == (0, "")
+    lines = result.out.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["replica", "capacity"])
+    rows = {line.split()[0]: line.split() for line in lines[head + 1 : head + 3]}
+    # replica, req/s, "r/s", source, [age], load, KV tokens, "tok", "engine", reading's age
+    assert rows[served][2:4] == ["r/s", "prior"]  # one completion: the prior still leads
+    assert rows[served][4].endswith("s")  # the age: a completion refined it
+    assert rows[served][5].endswith("%")
+    assert rows[served][7:9] == ["tok", "engine"]
+    assert rows[served][9].endswith("s")
+    assert rows[other][2:5] == ["r/s", "operator", "0%"]  # never refined: no age
+    assert rows[other][6:8] == ["tok", "engine"]
+
+    as_json = json.loads((await ctl("--admin", server.admin_url, "status", "--json")).out)
+    by_id = {r["id"]: r for r in as_json["replicas"]}
+    engine = server.core.replica(served).engine
+    assert engine is not None
+    assert by_id[served]["capacity_source"] == "prior"
+    assert by_id[served]["capacity_age_s"] >= 0
+    assert by_id[served]["capacity_rps"] > 0
+    assert by_id[served]["capacity_prior_rps"] > 0
+    assert by_id[served]["capacity_measured_rps"] is not None
+    assert by_id[served]["kv_capacity_tokens"] == engine.kv_capacity_tokens
+    assert by_id[served]["kv_capacity_source"] == "engine"
+    assert by_id[served]["kv_capacity_age_s"] >= 0
+    assert by_id[served]["engine_preemptions"] == 0
+    assert by_id[other]["capacity_source"] == "operator"
+    assert by_id[other]["capacity_age_s"] is None
 
 
 async def test_events_lists_the_audit_trail_since_a_sequence_number(

@@ -1,5 +1,6 @@
 """What `gpurouter ctl` prints, from canned admin-API JSON: the status view fits an 80-column
-pane and says where each number came from; events and decisions are one line each."""
+pane and says where each number came from (learned capacity and KV size included); events and
+decisions are one line each."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from console.ctl.render import decision_line, event_line, print_status, telemetry_lines, util_cell
+from console.ctl.render import (
+    capacity_cell,
+    decision_line,
+    event_line,
+    kv_cell,
+    print_status,
+    telemetry_lines,
+    util_cell,
+)
 from console.ctl_command import EXIT_CODES
 from router.core import RouterCore
 from tests.test_emulator_support import Spec, fleet_config
@@ -37,6 +46,12 @@ def render(state: dict[str, Any]) -> list[str]:
     return out.getvalue().splitlines()
 
 
+def capacity_rows(lines: list[str]) -> dict[str, str]:
+    """The capacity table's rows by replica: the lines after its ``replica  capacity`` head."""
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["replica", "capacity"])
+    return {line.split()[0]: line.rstrip() for line in lines[head + 1 : head + 1 + len(IDS)]}
+
+
 def test_the_status_view_of_eight_replicas_fits_80_columns() -> None:
     lines = render(canned_state())
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
@@ -45,7 +60,7 @@ def test_the_status_view_of_eight_replicas_fits_80_columns() -> None:
         "replica",
         "gpu",
         "state",
-        "load",
+        "run/bat",
         "weight",
         "util",
         "ttft",
@@ -68,8 +83,72 @@ def test_pinned_weight_and_batch_are_marked_and_busy_telemetry_shows() -> None:
         ttft_p99_s=1.3,
         state="draining",
     )
-    (row,) = [line.split() for line in render(state) if line.startswith("a100-0 ")]
+    row, _ = [line.split() for line in render(state) if line.startswith("a100-0 ")]
     assert row == ["a100-0", "A100-80GB", "draining", "3/4*", "1/2.5*", "62%", "tel", "42ms/1.3s"]
+
+
+def test_each_replica_shows_its_learned_capacity_and_kv_size_with_source_and_age() -> None:
+    """``12.4 r/s measured 3.0s`` / ``8.3 r/s prior``, the load over it, and the KV cache's
+    size with where it came from; all within 80 columns."""
+    state = canned_state()
+    replica(state, "a100-0").update(
+        capacity_rps=12.4,
+        capacity_source="measured",
+        capacity_age_s=3.0,
+        load=0.62,
+        kv_capacity_tokens=450_000,
+        kv_capacity_source="engine",
+        kv_capacity_age_s=2.0,
+    )
+    replica(state, "a100-1").update(
+        capacity_rps=30.0,
+        capacity_source="operator",
+        capacity_age_s=None,
+        kv_capacity_tokens=80_000,
+        kv_capacity_source="fleet file",
+        kv_capacity_age_s=None,
+    )
+    replica(state, "v100-0").update(
+        capacity_rps=8.3,
+        capacity_source="prior",
+        capacity_age_s=None,
+        load=1.25,
+        kv_capacity_tokens=None,
+        kv_capacity_source=None,
+    )
+    lines = render(state)
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    rows = capacity_rows(lines)
+    assert rows["a100-0"] == "a100-0   12.4 r/s measured 3.0s   62%  450k tok engine 2.0s"
+    assert rows["a100-1"].split()[1:4] == ["30.0", "r/s", "operator"]
+    assert rows["a100-1"].endswith("80k tok fleet file")
+    assert rows["v100-0"].split() == ["v100-0", "8.3", "r/s", "prior", "125%", "—"]
+    assert any(line.startswith("capacity: learned req/s") for line in lines)
+
+
+def test_capacity_and_kv_cells_name_their_source_and_only_a_refined_figure_has_an_age() -> None:
+    base = {"capacity_rps": 8.25, "capacity_source": "prior", "capacity_age_s": None}
+    assert capacity_cell(base).plain == "8.2 r/s prior"
+    assert capacity_cell(base).style == "dim"  # still the performance model's guess
+    measured = {**base, "capacity_rps": 12.4, "capacity_source": "measured", "capacity_age_s": 95}
+    assert capacity_cell(measured).plain == "12.4 r/s measured 1m35s"
+    kv = {"kv_capacity_tokens": 1_200_000, "kv_capacity_source": "prior"}
+    assert kv_cell({**kv, "kv_capacity_age_s": None}) == "1.2M tok prior"
+    assert kv_cell({**kv, "kv_capacity_source": "engine", "kv_capacity_age_s": 0.4}) == (
+        "1.2M tok engine 400ms"
+    )
+    assert kv_cell({"kv_capacity_tokens": None}) == "—"
+
+
+def test_a_router_that_does_not_learn_capacity_gets_no_capacity_table() -> None:
+    """An older router's state has no capacity fields: the rest of the view still prints."""
+    state = canned_state()
+    for r in state["replicas"]:
+        for key in [k for k in r if k.startswith(("capacity_", "kv_capacity_"))]:
+            del r[key]
+    lines = render(state)
+    assert not any(line.split()[:2] == ["replica", "capacity"] for line in lines)
+    assert [line.split()[0] for line in lines[5:13]] == IDS
 
 
 def test_utilization_says_whether_it_came_from_telemetry_stale_telemetry_or_the_router() -> None:
@@ -110,7 +189,7 @@ def test_a_health_ejection_and_the_telemetry_feed_get_a_line_each() -> None:
     }
     lines = render(state)
     assert "health: v100-2 ejected, probed again in 12.0s: 5 failures in a row" in lines
-    assert lines[-4:-2] == [
+    assert lines[-6:-4] == [
         "telemetry: broker connected mqtt://127.0.0.1:1883",
         "nodes: 1 live, 1 stale, 1 offline · 3 payloads dropped",
     ]

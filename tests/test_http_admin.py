@@ -87,6 +87,36 @@ async def test_state_commands_events_and_decisions() -> None:
         assert {c["replica"] for c in decision["candidates"]} == {"a", "b"}
 
 
+async def test_state_carries_learned_capacity_and_kv_size_with_source_and_age() -> None:
+    """Learned req/s with its source, age, prior and measurement; the KV cache's size with its
+    source and the engine reading's age; the engine's preemption counter."""
+    async with routed(SPECS[:2]) as (server, emu):
+        await server.engine_metrics.poll_once()
+        async with httpx.AsyncClient() as front:
+            body = {"model": emu.config.model, "prompt": "hi", "max_tokens": 2}
+            assert (await front.post(server.front_url + "/v1/completions", json=body)).is_success
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            state = (await admin.get("/admin/state")).json()
+        kv = {r.id: r.engine.kv_capacity_tokens for r in server.core.pool if r.engine}
+    by_id = {r["id"]: r for r in state["replicas"]}
+    (served,) = [r for r in by_id.values() if r["completed"] == 1]
+    (idle,) = [r for r in by_id.values() if r["completed"] == 0]
+    for r in (served, idle):
+        assert r["capacity_rps"] > 0
+        assert r["capacity_rate"] > 0
+        assert r["capacity_source"] == "prior"  # one completion is too few to lead
+        assert r["capacity_prior_rps"] > 0
+        assert r["kv_capacity_tokens"] == kv[r["id"]]
+        assert r["kv_capacity_source"] == "engine"
+        assert r["kv_capacity_age_s"] >= 0
+        assert r["engine_preemptions"] == 0
+        assert r["load"] >= 0
+    assert served["capacity_age_s"] >= 0
+    assert served["capacity_measured_rps"] > 0
+    assert idle["capacity_age_s"] is None
+    assert idle["capacity_measured_rps"] is None
+
+
 @pytest.mark.parametrize("fmt", ["sse", "jsonl"])
 async def test_events_follow_streams_new_events_as_they_happen(fmt: str) -> None:
     async with routed(SPECS[:2]) as (server, _):

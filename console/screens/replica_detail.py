@@ -1,4 +1,5 @@
-"""A replica in detail: its facts, latency and throughput history, recent decisions."""
+"""A replica in detail: its facts, its learned capacity, latency and throughput history, and
+the recent decisions that chose it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from textual.screen import Screen
 from textual.signal import Signal
 from textual.widgets import Footer, Sparkline, Static
 
+from console.view.capacity import capacity_lines
 from console.view.detail import decision_lines, facts
 from console.view.format import Cell
 from console.view.history import ReplicaHistory
@@ -40,6 +42,13 @@ def _lines(lines: list[tuple[Cell, ...]] | tuple[tuple[Cell, ...], ...], styles:
 
 
 class ReplicaDetail(Screen[None]):
+    DEFAULT_CSS = """
+    ReplicaDetail #capacity {
+        height: auto;
+        padding: 0 1;
+        border: round $secondary 40%;
+    }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("q", "app.pop_screen", "Back", show=False),
@@ -60,6 +69,7 @@ class ReplicaDetail(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="facts")
+        yield Static(id="capacity")
         yield Static("TTFT p50 (last 2 min)", classes="chart-label", id="ttft-label")
         yield Sparkline([], id="ttft")
         yield Static("Throughput, req/s", classes="chart-label", id="thru-label")
@@ -70,6 +80,7 @@ class ReplicaDetail(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#decisions").border_title = "Recent decisions that chose it"
+        self.query_one("#capacity").border_title = "Capacity"
         if self.refreshed is not None:
             self.refreshed.subscribe(self, lambda _: self.redraw())
         self.redraw()
@@ -78,8 +89,10 @@ class ReplicaDetail(Screen[None]):
         d = self.data()
         if d.replica is None:
             self.query_one("#facts", Static).update(f"{self.replica}: no such replica")
+            self.query_one("#capacity", Static).update("")
             return
         self.query_one("#facts", Static).update(_lines(facts(d.replica), self.tones))
+        self.query_one("#capacity", Static).update(_lines(capacity_lines(d.replica), self.tones))
         if d.history is not None:
             ttft = list(d.history.ttft_p50)
             thru = list(d.history.throughput)

@@ -1,10 +1,12 @@
 """The fleet table's rows: one per GPU, grouped by node and replica, sortable and filterable.
 
 ``gpu_rows`` joins the fleet file (which GPUs each node has and which replica uses them), the
-router's snapshot (replica state, load, weights, latency) and the telemetry feed (per-GPU
-readings and each node's age). Where GPU telemetry is missing or stale the utilization shown
-is the router's own estimate (in flight over batch size), drawn with a ``~`` and dimmed, so it
-is never mistaken for a fresh GPU reading. ``table_rows`` then sorts, filters and renders
+router's snapshot (replica state, in flight, load over learned capacity, weights, latency) and
+the telemetry feed (per-GPU readings and each node's age). Where GPU telemetry is missing or
+stale the utilization shown is the router's own estimate (in flight over batch size), drawn
+with a ``~`` and dimmed, so it is never mistaken for a fresh GPU reading. The ``Load/cap``
+column is the work asked of the replica over its learned capacity (100%: all the card can
+do), what the imbalance factor compares. ``table_rows`` then sorts, filters and renders
 cells, which the widget draws by difference.
 """
 
@@ -34,17 +36,19 @@ COLUMNS: tuple[Column, ...] = (
     Column("util", "Util", 10),
     Column("hist", "History", 8),
     Column("mem", "Mem", 9),
-    Column("load", "Run/Bat", 7),
+    Column("run", "Run/Bat", 7),
+    Column("load", "Load/cap", 8),
     Column("weight", "Wt s/eff", 9),
     Column("ttft", "TTFT p50/p99", 13),
     Column("data", "Data", 7),
     Column("power", "Power", 9),
     Column("temp", "Temp", 5),
-    Column("node", "Node", 12),
+    Column("node", "Node", 10),
 )
 
 SORTS: tuple[str, ...] = ("node", "util", "mem", "load", "ttft", "state")
-"""Sort orders, cycled by the sort action: grouped by node first, then busiest-first ones."""
+"""Sort orders, cycled by the sort action: grouped by node first, then busiest-first ones
+(``load``: the largest share of learned capacity first)."""
 
 _STATE_SYMBOL = {
     "active": ("●", Tone.OK),
@@ -85,6 +89,9 @@ class GpuRow:
     temp_c: int | None
     in_flight: int
     batch_size: int
+    load: float | None
+    """Work asked of the replica over its learned capacity (1.0: all it can do); None
+    for a GPU no replica uses."""
     batch_pinned: bool
     weight_static: float
     weight: float
@@ -172,6 +179,7 @@ def _row(
         temp_c=None if sample is None else sample.temp_c,
         in_flight=0 if rep is None else rep.in_flight,
         batch_size=0 if rep is None else rep.batch_size,
+        load=None if rep is None else rep.load,
         batch_pinned=rep is not None and rep.batch_pinned,
         weight_static=0.0 if rep is None else rep.static_weight,
         weight=0.0 if rep is None else rep.weight,
@@ -188,7 +196,7 @@ def _sort_key(mode: str) -> Callable[[GpuRow], tuple[object, ...]]:
     keys: dict[str, Callable[[GpuRow], tuple[object, ...]]] = {
         "util": lambda r: (-r.util, r.key),
         "mem": lambda r: (-(r.mem if r.mem is not None else -1.0), r.key),
-        "load": lambda r: (-r.in_flight, r.key),
+        "load": lambda r: (-(r.load if r.load is not None else -1.0), r.key),
         "ttft": lambda r: (-(r.ttft_p99_s or 0.0), r.key),
         "state": lambda r: (_STATE_RANK.get(r.state, 9), r.key),
     }
@@ -314,7 +322,10 @@ def gpu_cells(row: GpuRow, points: Iterable[float], repeat: bool = False) -> tup
         "mem": (NONE, Tone.DIM)
         if row.mem is None
         else (f"{bar(row.mem, 4)}{pct(row.mem):>5}", Tone.NORMAL),
-        "load": (f"{row.in_flight}/{row.batch_size}{pin_b}", _load_tone(row)),
+        "run": (f"{row.in_flight}/{row.batch_size}{pin_b}", _run_tone(row)),
+        "load": (NONE, Tone.DIM)
+        if row.load is None
+        else (pct(row.load), Tone.WARN if row.load >= 1.0 else Tone.NORMAL),
         "weight": (f"{number(row.weight_static)}/{number(row.weight)}{pin_w}", Tone.NORMAL)
         if row.replica
         else (NONE, Tone.DIM),
@@ -324,7 +335,7 @@ def gpu_cells(row: GpuRow, points: Iterable[float], repeat: bool = False) -> tup
         "temp": (NONE, Tone.DIM)
         if row.temp_c is None
         else (f"{row.temp_c}°C", _temp_tone(row.temp_c)),
-        "node": (fit(row.node, 12), Tone.DIM),
+        "node": (fit(row.node, 10), Tone.DIM),
     }
     if row.stale:
         # Old readings stay visible for context but are dimmed: never shown as fresh.
@@ -359,7 +370,7 @@ def _temp_tone(celsius: int) -> Tone:
     return Tone.NORMAL
 
 
-def _load_tone(row: GpuRow) -> Tone:
+def _run_tone(row: GpuRow) -> Tone:
     if row.batch_size and row.in_flight >= row.batch_size:
         return Tone.WARN
     return Tone.NORMAL

@@ -74,6 +74,19 @@ def duration(seconds: float | None) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def tokens(count: int) -> str:
+    """A token count, short: ``900``, ``9.5k``, ``450k``, ``1.2M``."""
+    if count < 1000:
+        return str(count)
+    if count < 9_950:
+        return f"{count / 1000:.1f}k"
+    if count < 999_500:
+        return f"{count / 1000:.0f}k"
+    if count < 9_950_000:
+        return f"{count / 1e6:.1f}M"
+    return f"{count / 1e6:.0f}M"
+
+
 def number(value: float) -> str:
     """A weight or factor: ``2.2``, ``1``, ``0.25``."""
     return f"{value:.3g}"

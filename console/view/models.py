@@ -1,4 +1,8 @@
-"""Per-GPU-model summary: is each tier carrying the share its weight says it should?"""
+"""Per-GPU-model summary: is each tier carrying the share its learned capacity says it should?
+
+``Thr/Cap`` is the tier's share of the fleet's throughput over its share of the fleet's learned
+capacity (router/capacity.py: measured where the router has seen enough completions, else the
+performance model's prior or the static weight)."""
 
 from __future__ import annotations
 
@@ -9,13 +13,21 @@ from router.snapshot import GpuModelSummary
 
 UNDER = 0.8
 OVER = 1.25
-"""Throughput share over capacity share outside these bounds flags a mis-weighted tier."""
+"""Throughput share over learned-capacity share outside these bounds flags a tier that is
+given less (or more) than it can do."""
 
 HEADINGS = ("GPU model", "Up", "Util", "Thr/Cap", "Imb", "Verdict")
+LEGEND = "Cap: share of learned capacity"
+"""Under the summary: what ``Cap`` means, now that it is learned rather than the weights'."""
+HELP = (
+    "Per GPU model: replicas up, mean utilization, share of the fleet's throughput / share of"
+    " its learned capacity (req/s each card can do), imbalance, verdict."
+)
 
 
 def verdict(m: GpuModelSummary) -> Cell:
-    """Words first: ``▼ under`` is a tier doing less than its weight, ``▲ over`` more."""
+    """Words first: ``▼ under`` is a tier doing less than its share of learned capacity,
+    ``▲ over`` more."""
     if m.active == 0:
         return ("✖ none up", Tone.BAD)
     if m.throughput_rps <= 0 or m.capacity_share <= 0:

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.view.format import Cell, Tone, fit
-from console.view.models import HEADINGS
+from console.view.models import HEADINGS, HELP, LEGEND
 from console.widgets.tones import Styles, to_text
 
 WIDTHS = (10, 3, 4, 7, 4, 8)
@@ -18,6 +18,8 @@ class ModelSummary(Static):
     def __init__(self) -> None:
         super().__init__("", id="models")
         self.border_title = "GPU models"
+        self.border_subtitle = LEGEND
+        self.tooltip = HELP
         self._last: Sequence[tuple[Cell, ...]] | None = None
 
     def show(self, rows: Sequence[tuple[Cell, ...]], styles: Styles, force: bool = False) -> None:
