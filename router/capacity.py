@@ -35,9 +35,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from router.capacity_prior import throughput_curve
 from router.config.schema import FleetConfig, ReplicaConfig
 from router.errors import GpuRouterError
-from router.perf.model import DEFAULT_MAX_NUM_SEQS, Deployment, WorkloadMix, saturation
+from router.perf.model import Deployment, WorkloadMix
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.replica import Replica
 
@@ -58,10 +59,6 @@ DEFAULT_MIX = WorkloadMix(prompt_tokens=512.0, output_tokens=256.0)
 DEFAULT_RATE_PER_WEIGHT = 1000.0
 """Cost units per second per unit of weight assumed while no replica's rate is known at all
 (only ratios between replicas matter then)."""
-GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, DEFAULT_MAX_NUM_SEQS)
-"""Concurrencies at which the performance model's throughput is computed; others interpolate.
-It ends at the engine's own limit (vLLM's ``max_num_seqs``): past it, requests wait inside the
-engine and add nothing to its rate."""
 
 
 class Source(StrEnum):
@@ -104,13 +101,17 @@ class CapacityEstimate:
 
 
 class MixTracker:
-    """The fleet's mean request shape, from completed requests (decaying means)."""
+    """The fleet's request shape, from completed requests: decaying means of the lengths and
+    of their logarithms (a lognormal fit: median ``exp(mean log)``, and the mean)."""
 
-    __slots__ = ("cost", "output", "prompt", "weight")
+    __slots__ = ("cost", "log_output", "log_prompt", "output", "prompt", "weight")
 
     def __init__(self) -> None:
         self.prompt = DEFAULT_MIX.prompt_tokens
         self.output = DEFAULT_MIX.output_tokens
+        # Until requests complete: medians at 60% of the means, a typical chat-trace skew.
+        self.log_prompt = math.log(0.6 * self.prompt)
+        self.log_output = math.log(0.6 * self.output)
         self.cost = 0.0
         self.weight = 0.0
 
@@ -118,13 +119,26 @@ class MixTracker:
         # The first completions move the means quickly, later ones by 1/1000 each.
         self.weight = min(self.weight + 1.0, 1000.0)
         k = 1.0 / self.weight
-        self.prompt += k * (prompt_tokens - self.prompt)
-        self.output += k * (max(1, output_tokens) - self.output)
+        p, o = max(1, prompt_tokens), max(1, output_tokens)
+        self.prompt += k * (p - self.prompt)
+        self.output += k * (o - self.output)
+        self.log_prompt += k * (math.log(p) - self.log_prompt)
+        self.log_output += k * (math.log(o) - self.log_output)
         self.cost += k * (cost - self.cost) if self.cost else cost
 
     @property
     def mix(self) -> WorkloadMix:
         return WorkloadMix(max(self.prompt, 0.0), max(self.output, 1.0))
+
+    @property
+    def prompt_median_mean(self) -> tuple[float, float]:
+        median = math.exp(self.log_prompt)
+        return median, max(median, self.prompt)
+
+    @property
+    def output_median_mean(self) -> tuple[float, float]:
+        median = math.exp(self.log_output)
+        return median, max(median, self.output)
 
     def mean_cost(self, prompt_factor: float) -> float:
         """Mean cost of a request; before any completion, the default mix's."""
@@ -134,41 +148,24 @@ class MixTracker:
 
 
 class Prior:
-    """What the performance model says of one replica at a request mix."""
+    """What the performance model says of one replica at a request mix
+    (router/capacity_prior.py): its saturation rate and its efficiency at each concurrency."""
 
     __slots__ = ("deployment", "efficiency", "kv_tokens", "rps")
 
-    def __init__(self, deployment: Deployment | None, mix: WorkloadMix) -> None:
+    def __init__(self, deployment: Deployment | None, mix: MixTracker) -> None:
         self.deployment = deployment
         self.kv_tokens = None if deployment is None else deployment.kv_capacity_tokens
         self.rps: float | None = None
-        self.efficiency: list[float] = [0.0, 1.0]
+        self.efficiency: Sequence[float] = (0.0, 1.0)
         if deployment is not None:
-            self._fit(deployment, mix)
-
-    def _fit(self, deployment: Deployment, mix: WorkloadMix) -> None:
-        try:
-            rates = [saturation(deployment, mix, c).rps for c in GRID]
-        except GpuRouterError:
-            return  # the mean request does not fit this card's cache: no prior from the model
-        top = rates[-1] if rates[-1] > 0 else max(rates)
-        self.rps = top
-        self.efficiency = _interpolate([r / top for r in rates])
+            curve = throughput_curve(deployment, mix.prompt_median_mean, mix.output_median_mean)
+            if curve is not None:
+                self.rps, self.efficiency = curve
 
     def efficiency_at(self, concurrency: int) -> float:
         eff = self.efficiency
         return eff[concurrency] if concurrency < len(eff) else eff[-1]
-
-
-def _interpolate(values: Sequence[float]) -> list[float]:
-    """``values`` at GRID, linearly interpolated to every concurrency 0..GRID[-1]."""
-    out = [0.0] * (GRID[-1] + 1)
-    for (c0, v0), (c1, v1) in zip(
-        zip(GRID, values, strict=True), zip(GRID[1:], values[1:], strict=True), strict=False
-    ):
-        for c in range(c0, c1 + 1):
-            out[c] = min(1.0, v0 + (v1 - v0) * (c - c0) / (c1 - c0))
-    return out
 
 
 class ReplicaCapacity:
@@ -229,7 +226,7 @@ class FleetCapacity:
         self._mix_at_fit = self.mix.mix
         self._replicas = list(replicas)
         self._deployments = [_deployment(r.config, self.catalog) for r in self._replicas]
-        self.per_replica = [ReplicaCapacity(Prior(d, self._mix_at_fit)) for d in self._deployments]
+        self.per_replica = [ReplicaCapacity(Prior(d, self.mix)) for d in self._deployments]
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
@@ -347,7 +344,7 @@ class FleetCapacity:
         self._mix_at_fit = mix
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
             if d is not None:
-                acc.prior = Prior(d, mix)
+                acc.prior = Prior(d, self.mix)
 
 
 def _unit_rate(replicas: Iterable[Replica], rates: Sequence[tuple[float, Source]]) -> float:

@@ -91,9 +91,12 @@ class Replica:
     efficiency: Sequence[float] = (0.0, 1.0)
     """Share of ``speed`` the replica reaches with ``c`` requests running (index ``c``; past
     the end, the last value): a batching engine needs many requests to reach its full rate."""
+    slowdown_recent: Ewma = field(default_factory=lambda: Ewma(tau=5.0))
+    """Each request's measured duration over what ``expected_seconds`` predicted when it was
+    sent, averaged over the last few seconds: one request that shared the engine with many
+    later arrivals is not a slowdown, a few seconds of them are."""
     slowdown: PeakEwma = field(default_factory=PeakEwma)
-    """Peak EWMA of each request's measured duration over what ``expected_seconds``
-    predicted when it was sent."""
+    """Peak EWMA of ``slowdown_recent``: up at once, down with a 10 s time constant."""
     slowdown_norm: Ewma = field(default_factory=Ewma)
     """The same ratio's slow plain average: what is usual for this replica (requests share
     the engine with later arrivals, so the ratio is not 1 even when the rate is right)."""

@@ -375,6 +375,7 @@ def test_p2c_avoids_a_replica_slower_now_than_learned() -> None:
         slowed.slowdown_norm.observe(1.0, float(t))
     slowed.slowdown.observe(5.0, 60.0)  # the peak takes it at once, the usual level barely
     slowed.slowdown_norm.observe(5.0, 60.0)
+    assert slowed.slowdown_factor() > 4
     s = attach("p2c-peak-ewma", pool)
     for _ in range(120):
         req = request()

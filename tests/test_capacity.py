@@ -1,0 +1,96 @@
+"""Learned capacity: a prior from the performance model, refined by the router's accounting,
+with its source; KV size from the engine first; an operator's pin overrides."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from router.capacity import Source
+from router.clock import ManualClock
+from router.config.loader import load_fleet
+from router.core import RouterCore
+from router.replica import EngineLoad
+from router.sim.runner import Workload, catalog_for, fleet_capacity, trace_rows
+from router.sim.simulator import Simulation
+from tests.fleet_factory import make_fleet
+
+FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
+FOUR_GENERATIONS = FLEETS / "untuned-four-generations.yaml"
+
+
+def _core(path: Path) -> RouterCore:
+    return RouterCore(load_fleet(path), clock=ManualClock(), rng=random.Random(0))
+
+
+def test_the_prior_ranks_cards_by_what_the_performance_model_says_they_do() -> None:
+    """Every weight at 1, yet an H100 starts far ahead of an L4: the prior is the model's."""
+    core = _core(FOUR_GENERATIONS)
+    speed = {r.config.gpu_model: r.speed for r in core.pool}
+    assert speed["H100-SXM"] > speed["A100-80GB"] > speed["V100-32GB"] > speed["L4"]
+    assert speed["H100-SXM"] / speed["L4"] > 8
+    estimate = core.capacity.estimate(core.replica("h100-0"), 0.0)
+    assert estimate.rate_source is Source.PRIOR
+    assert estimate.measured_rate is None
+    assert estimate.kv_source is Source.PRIOR
+    assert estimate.kv_tokens is not None and estimate.kv_tokens > 100_000
+
+
+def test_a_card_the_model_does_not_know_gets_its_weight_times_the_fleets_rate() -> None:
+    """The test fleet serves a model the catalogue does not have: weights are the prior."""
+    core = RouterCore(make_fleet([2.0, 1.0]), clock=ManualClock())
+    fast, slow = core.pool
+    assert fast.speed == pytest.approx(2 * slow.speed)
+    assert core.capacity.estimate(fast, 0.0).kv_tokens is None
+
+
+def test_kv_size_comes_from_the_engine_then_the_fleet_file_then_the_model() -> None:
+    core = _core(FLEETS / "mixed-a100-v100.yaml")  # the file declares 450,000 on an A100
+    a100 = core.replica("a100-0")
+    assert core.capacity.estimate(a100, 0.0).kv_source is Source.FLEET_FILE
+    assert a100.kv_limit == 450_000
+    a100.engine = EngineLoad("vllm", received_at=0.0, kv_capacity_tokens=520_000)
+    core.refresh_capacity()
+    estimate = core.capacity.estimate(a100, 1.0)
+    assert (estimate.kv_tokens, estimate.kv_source, estimate.kv_age_s) == (
+        520_000,
+        Source.ENGINE,
+        1.0,
+    )
+    assert a100.kv_limit == a100.kv_tokens == 520_000
+
+
+def test_an_operators_pinned_weight_overrides_what_was_learned() -> None:
+    core = _core(FOUR_GENERATIONS)
+    l4, h100 = core.replica("l4-0"), core.replica("h100-0")
+    core.set_weight("l4-0", 4.0)
+    core.refresh_capacity()
+    assert core.capacity.estimate(l4, 0.0).rate_source is Source.OPERATOR
+    assert l4.speed == pytest.approx(4 * core.capacity.unit_rate)
+    assert h100.speed > core.capacity.unit_rate  # the others keep their learned figures
+
+
+def _simulate(strategy: str, load: float, slow: dict[str, float] | None = None) -> Simulation:
+    fleet = load_fleet(FOUR_GENERATIONS)
+    workload = Workload(trace_rows("conv"))
+    capacities = fleet_capacity(fleet, workload.mix)
+    sim = Simulation(fleet, strategy, seed=3, catalog=catalog_for(fleet), capacities=capacities)
+    for replica, factor in (slow or {}).items():
+        sim.slow(replica, factor)
+    rate = load * sum(capacities.values())
+    sim.run(workload.generate(rate, 90.0, seed=3), 90.0)
+    return sim
+
+
+def test_measurement_corrects_a_prior_that_is_wrong() -> None:
+    """One H100 runs at a third of its speed (the model cannot know): after 90 s at load 0.5
+    its learned rate is measured, and well under its healthy twin's."""
+    sim = _simulate("shortest-expected-delay", 0.5, slow={"h100-1": 3.0})
+    core = sim.core
+    healthy = core.capacity.estimate(core.replica("h100-0"), sim.clock.now)
+    slowed = core.capacity.estimate(core.replica("h100-1"), sim.clock.now)
+    assert slowed.rate_source is Source.MEASURED
+    assert slowed.prior_rate == pytest.approx(healthy.prior_rate)
+    assert slowed.rate < 0.5 * healthy.rate
