@@ -119,7 +119,7 @@ def banner(demo: Demo) -> list[str]:
         f'application/json\' -d \'{{"model": "{model}", "prompt": "hi", "max_tokens": 16}}\''
         f" / openai base_url={front}/v1)",
         f"admin API: {admin}  (try: gpurouter ctl --admin {admin} strategy "
-        "weighted-least-connections)",
+        "shortest-expected-delay)",
         f"telemetry: MQTT broker {demo.broker_url}, {len(demo.agents)} node agents",
         f"load: {demo.options.load.low:g}-{demo.options.load.high:g} of the fleet's capacity "
         f"({demo.capacity_rps:.1f} req/s at time scale 1), "

@@ -22,6 +22,7 @@ import functools
 import itertools
 import math
 
+from router.errors import GpuRouterError
 from router.perf.model import DEFAULT_MAX_NUM_SEQS, Deployment, WorkloadMix, saturation
 from router.sim.capacity import capacity_at
 from router.sim.engine import Engine
@@ -70,7 +71,7 @@ def _curve(
         rates = {c: capacity_at(make, mix, c, warmup=WARMUP, measure=MEASURE) for c in STEPPED}
         closed = WorkloadMix(p[1], o[1])
         formula = {c: saturation(deployment, closed, c).rps for c in (1, 2, 3, STEPPED[0])}
-    except ValueError:
+    except (ValueError, GpuRouterError):
         return None  # the mix does not fit this card's cache: no prior from the model
     for c in (1, 2, 3):
         rates[c] = rates[STEPPED[0]] * formula[c] / formula[STEPPED[0]]

@@ -35,7 +35,8 @@ def test_the_prior_ranks_cards_by_what_the_performance_model_says_they_do() -> N
     assert estimate.rate_source is Source.PRIOR
     assert estimate.measured_rate is None
     assert estimate.kv_source is Source.PRIOR
-    assert estimate.kv_tokens is not None and estimate.kv_tokens > 100_000
+    assert estimate.kv_tokens is not None
+    assert estimate.kv_tokens > 100_000
 
 
 def test_a_card_the_model_does_not_know_gets_its_weight_times_the_fleets_rate() -> None:

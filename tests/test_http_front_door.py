@@ -154,7 +154,7 @@ async def test_models_health_ready_and_metrics(server: RouterServer) -> None:
     assert total(text, "gpurouter_ttft_seconds_count") == 1
     assert total(text, "gpurouter_e2e_latency_seconds_count") == 1
     assert metric(text, 'gpurouter_replica_state{replica="a",state="active"}') == 1
-    assert 'gpurouter_strategy_info{strategy="weighted-least-connections"} 1.0' in text
+    assert 'gpurouter_strategy_info{strategy="shortest-expected-delay"} 1.0' in text
     for name in (
         "gpurouter_queue_depth",
         "gpurouter_imbalance_factor",

@@ -357,9 +357,9 @@ def test_p2c_sends_a_replica_work_in_proportion_to_its_learned_capacity() -> Non
     s = attach("p2c-peak-ewma", pool)
     for _ in range(200):
         req = request()
-        r = s.pick(req, 0.0)
-        assert r is not None
-        dispatch(pool, r, req)
+        chosen = s.pick(req, 0.0)
+        assert chosen is not None
+        dispatch(pool, chosen, req)
     fast, slow = (r.in_flight for r in pool)
     assert fast + slow == 200
     assert 3.5 <= fast / slow <= 4.5
@@ -369,19 +369,19 @@ def test_p2c_avoids_a_replica_slower_now_than_learned() -> None:
     """A replica whose recent requests took 5x what its capacity predicted (peak EWMA) is
     picked far less, though its learned capacity is the same as its peer's."""
     pool = weighted_pool([1.0, 1.0], batch_size=1000)
-    slowed = pool.replicas[1]
+    lagging = pool.replicas[1]
     for t in range(60):
-        slowed.slowdown.observe(1.0, float(t))
-        slowed.slowdown_norm.observe(1.0, float(t))
-    slowed.slowdown.observe(5.0, 60.0)  # the peak takes it at once, the usual level barely
-    slowed.slowdown_norm.observe(5.0, 60.0)
-    assert slowed.slowdown_factor() > 4
+        lagging.slowdown.observe(1.0, float(t))
+        lagging.slowdown_norm.observe(1.0, float(t))
+    lagging.slowdown.observe(5.0, 60.0)  # the peak takes it at once, the usual level barely
+    lagging.slowdown_norm.observe(5.0, 60.0)
+    assert lagging.slowdown_factor() > 4
     s = attach("p2c-peak-ewma", pool)
     for _ in range(120):
         req = request()
-        r = s.pick(req, 0.0)
-        assert r is not None
-        dispatch(pool, r, req)
+        chosen = s.pick(req, 0.0)
+        assert chosen is not None
+        dispatch(pool, chosen, req)
     healthy, slowed = (r.in_flight for r in pool)
     assert healthy >= 4 * slowed
 
@@ -403,7 +403,10 @@ def test_p2c_draws_by_capacity_so_a_fast_card_is_not_capped_at_two_in_n() -> Non
 def test_p2c_breaks_a_tie_in_favour_of_the_faster_replica() -> None:
     pool = weighted_pool([4.0, 1.0])
     s = attach("p2c-peak-ewma", pool)
-    assert s.score(pool.replicas[0], request(), 0.0) < s.score(pool.replicas[1], request(), 0.0)
+    fast, slow = (s.score(r, request(), 0.0) for r in pool)
+    assert fast is not None
+    assert slow is not None
+    assert fast < slow
     assert all(pick_and_run(s, request()) is pool.replicas[0] for _ in range(50))
 
 

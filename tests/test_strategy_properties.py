@@ -4,9 +4,9 @@ Fleets: 1-24 replicas, weights 0.1-8, batch sizes 1-16, KV capacities and contex
 known or not, two tiers. Histories: picks (each dispatched when it finds a replica), completions,
 state, weight, learned-capacity and batch-size changes, telemetry, engine queue readings and
 latency samples. Every load-aware strategy must pick a replica whose load relative to its
-learned capacity is lowest by the strategy's own rule: never one strictly more loaded. After every pick the
-choice is checked against a brute-force reading of the pool; after every history the
-strategy's own indexes are checked against the pool they index.
+learned capacity is lowest by the strategy's own rule: never one strictly more loaded. After
+every pick the choice is checked against a brute-force reading of the pool; after every
+history the strategy's own indexes are checked against the pool they index.
 """
 
 from __future__ import annotations

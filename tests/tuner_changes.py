@@ -1,8 +1,9 @@
 """Real tuner changes for tests: a core with adaptive batch sizes on, driven until it moves one.
 
 The rule these tests lean on is the plainest one a batch tuner has: a replica that fills every
-slot while its engine says it is not overloaded (an empty engine queue) may take more work. Tests that only check rendering
-build a :class:`~router.adaptive.TunerChange` by hand instead.
+slot while its engine says it is not overloaded (an empty engine queue) may take more work.
+Tests that only check rendering build a :class:`~router.adaptive.TunerChange` by hand
+instead.
 """
 
 from __future__ import annotations

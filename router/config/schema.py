@@ -77,8 +77,11 @@ class NodeConfig:
 class StrategyConfig:
     """Which routing strategy to start with, and its parameters."""
 
-    name: str = "weighted-least-connections"
-    """A strategy's registry name; ``gpurouter strategies`` lists them."""
+    name: str = "shortest-expected-delay"
+    """A strategy's registry name; ``gpurouter strategies`` lists them. The default ranks
+    replicas by the seconds they would take to finish their work plus the request's, at their
+    learned capacity: the best of the strategies on fleets nobody tuned
+    (docs/benchmarks.md)."""
     params: Mapping[str, Any] = field(default_factory=_frozen_params)
     """Parameters of that strategy (each strategy documents its own)."""
 

@@ -11,9 +11,10 @@ rate (``Replica.expected_seconds``). ``slowdown`` compares each finished request
 duration with what was expected when it was sent, averaged over a few seconds (a single
 request that shared its engine with many later arrivals says little): the peak EWMA of that
 (Finagle's and Linkerd's: it jumps at once when a replica turns slow and recovers gradually)
-over its plain long-run average for that replica (``Replica.slowdown_factor``, at least 1). The long-run average takes
-out what is usual for the replica (requests share the engine with later arrivals), so only a
-replica slower *now* than it usually is pays, before its learned rate catches up.
+over its plain long-run average for that replica (``Replica.slowdown_factor``, at least 1).
+The long-run average takes out what is usual for the replica (requests share the engine with
+later arrivals), so only a replica slower *now* than it usually is pays, before its learned
+rate catches up.
 
 Why draws by capacity: with uniform draws a replica is a candidate in about 2/n of the picks,
 so a card several times faster than the rest could never take its share however well it
