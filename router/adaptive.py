@@ -2,11 +2,14 @@
 
 Batch sizes, additive increase and multiplicative decrease (as TCP's congestion window). A
 replica is *overloaded* in an interval when its engine says so: requests waiting in the
-engine's own queue, sequences preempted, or a time to first token (from the moment the router
-sent the request) over ``ttft_target_s``. Overloaded for ``hysteresis`` intervals in a row,
-its batch size is cut by ``decrease``, and never below what the engine showed it runs at
-once; using all its slots without any overload for as many intervals, it grows by an eighth.
-With no signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
+engine's own queue while its KV cache is full (``KV_FULL``; a queue beside free cache is a
+burst being admitted a few prefills per step, not a batch too large), sequences preempted,
+or a time to first token (from the moment the router sent the request) over
+``ttft_target_s``. Overloaded for ``hysteresis`` intervals in a row, its batch size is cut:
+to what the engine showed it runs at once when its own queue was the signal (more would only
+wait inside the engine, where no other replica can take them), else by ``decrease``; using
+all its slots without any overload for as many intervals, it grows by an eighth. With no
+signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
 utilization: a continuously batching engine reads near 100% busy with one sequence or two
 hundred, so that signal shrank every card towards 1 (docs/decisions/0003).
 
@@ -78,6 +81,10 @@ def _ttft_penalty(ttft_s: float | None, cfg: AdaptiveConfig) -> float:
     return cfg.ttft_target_s / ttft_s
 
 
+KV_FULL = 0.9
+"""KV-cache usage from which an engine's own queue means its batch is full."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchSignals:
     """What one interval showed of a replica's load. None: no fresh reading."""
@@ -86,6 +93,8 @@ class BatchSignals:
     """Requests waiting in the engine's own queue (a fresh /metrics reading)."""
     engine_running: int | None = None
     """Requests the engine ran at once, by the same reading."""
+    engine_kv_usage: float | None = None
+    """The engine's KV-cache usage, 0..1, by the same reading (None: it does not say)."""
     preempted: int = 0
     """Sequences the engine preempted during the interval."""
     ttft_s: float | None = None
@@ -95,13 +104,18 @@ class BatchSignals:
 
     def overload(self, cfg: AdaptiveConfig) -> str | None:
         """The overload signal in words, or None when there is none."""
-        if self.engine_waiting:
+        if self.engine_waiting and self.kv_full:
             return f"engine queue {self.engine_waiting}"
         if self.preempted > 0:
             return f"{self.preempted} preempted"
         if self.ttft_s is not None and self.ttft_s > cfg.ttft_target_s:
             return f"TTFT p90 {self.ttft_s:.2f} s over {cfg.ttft_target_s:g} s"
         return None
+
+    @property
+    def kv_full(self) -> bool:
+        """The KV cache is full, or the engine does not say (TGI): then its queue counts."""
+        return self.engine_kv_usage is None or self.engine_kv_usage >= KV_FULL
 
     @property
     def any(self) -> bool:
@@ -128,8 +142,11 @@ def retune_batch(
         if streak.high < need:
             return current, ""
         streak.high = 0
-        floor = signals.engine_running or lo
-        cut = max(lo, min(current - 1, max(math.floor(current * cfg.decrease), floor)))
+        if signals.engine_waiting and signals.kv_full and signals.engine_running:
+            target = signals.engine_running  # what the engine can run at once
+        else:
+            target = max(math.floor(current * cfg.decrease), signals.engine_running or lo)
+        cut = max(lo, min(current - 1, target))
         return (cut, f"{overload} for {need} intervals") if cut < current else (current, "")
     streak.high = 0
     if not (signals.any and signals.saturated):

@@ -72,6 +72,7 @@ class Tuner:
         return BatchSignals(
             engine_waiting=e.waiting if fresh and e is not None else None,
             engine_running=e.running if fresh and e is not None else None,
+            engine_kv_usage=e.kv_usage if fresh and e is not None else None,
             preempted=preempted,
             ttft_s=percentile(self._ttfts[i], 0.9),
             saturated=self._peak[i] >= r.batch_size,

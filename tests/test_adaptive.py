@@ -62,20 +62,29 @@ def test_a_pinned_weight_is_left_alone() -> None:
     assert free == pytest.approx(1.5)  # half-way to 2.0, all the unpinned weight
 
 
-def test_an_engine_queue_cuts_the_batch_only_after_hysteresis() -> None:
+def test_an_engine_queue_cuts_the_batch_to_what_the_engine_runs_after_hysteresis() -> None:
+    """The engine ran 40 at once with 12 waiting: more than 40 only wait inside it."""
     streak = BatchStreak()
     assert retune_batch(256, QUEUE, streak, CFG) == (256, "")
     size, why = retune_batch(256, QUEUE, streak, CFG)
-    assert size == 192
+    assert size == 40
     assert "engine queue 12 for 2 intervals" in why
 
 
-def test_a_cut_never_goes_below_what_the_engine_runs_at_once_nor_the_floor() -> None:
+def test_other_overloads_cut_multiplicatively_never_below_the_engines_batch_or_floor() -> None:
     cfg = replace(CFG, batch_bounds=(8, 512))
-    streak = BatchStreak(high=5)
-    assert retune_batch(44, QUEUE, streak, cfg)[0] == 40  # the engine ran 40 at once
-    streak = BatchStreak(high=5)
-    assert retune_batch(9, BatchSignals(preempted=3), streak, cfg)[0] == 8
+    slow = BatchSignals(engine_waiting=0, engine_running=40, ttft_s=5.0)
+    assert retune_batch(256, slow, BatchStreak(high=5), cfg)[0] == 192
+    assert retune_batch(44, slow, BatchStreak(high=5), cfg)[0] == 40  # the engine ran 40
+    assert retune_batch(9, BatchSignals(preempted=3), BatchStreak(high=5), cfg)[0] == 8
+
+
+def test_an_engine_queue_beside_free_kv_cache_is_a_burst_not_overload() -> None:
+    """vLLM admits a few prefills per step: a burst waits briefly with the cache half empty."""
+    burst = BatchSignals(engine_waiting=30, engine_running=12, engine_kv_usage=0.4)
+    assert burst.overload(CFG) is None
+    full = BatchSignals(engine_waiting=30, engine_running=12, engine_kv_usage=0.95)
+    assert full.overload(CFG) == "engine queue 30"
 
 
 def test_preemptions_and_slow_first_tokens_are_overload_too() -> None:
@@ -150,7 +159,7 @@ def test_the_core_cuts_a_queueing_replica_and_records_the_signal() -> None:
             r.telemetry = Telemetry(utilization=1.0, received_at=clock())
         changes = core.tune()
     assert [c.message for c in changes] == [
-        "r0: batch_size 8 -> 6 (engine queue 5 for 2 intervals)"
+        "r0: batch_size 8 -> 4 (engine queue 5 for 2 intervals)"
     ]
     assert core.replica("r1").batch_size == 8
 
