@@ -24,6 +24,11 @@ KV capacity: the engine's own figure from its /metrics (vLLM's ``vllm:cache_conf
 where it gives one, else the fleet file's ``kv_capacity_tokens``, else the performance
 model's.
 
+Where the whole fleet runs faster or slower than the model (a datasheet that flatters,
+an emulator at a time scale), the median ratio of measured to modelled rate over the replicas
+measured well enough (``calibration``) scales every prior, so a card too little used to
+measure starts from what its measured peers say rather than from the raw model.
+
 An operator's pinned weight overrides the learned rate: the replica's speed is then its
 weight times the rate per unit of weight of the replicas left to learn.
 """
@@ -230,6 +235,10 @@ class FleetCapacity:
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
+        self.calibration = 1.0
+        """Median of measured over modelled rate across the replicas measured well enough:
+        how far this fleet runs from the performance model. It scales every prior, so a card
+        too little used to measure starts from what its measured peers say of the model."""
 
     # ---- accounting (called by the core on every change of a replica's load) -------------
 
@@ -251,6 +260,7 @@ class FleetCapacity:
         """Recompute every replica's speed and KV limit; the replicas whose figures moved."""
         self._last_refresh = now
         self._refit_if_mix_moved()
+        self.calibration = self._calibrate()
         for r in self._replicas:
             self.per_replica[r.index].advance(r.in_flight, now)
         rates = [self._rate(i) for i in range(len(self._replicas))]
@@ -306,10 +316,28 @@ class FleetCapacity:
         return w * measured + (1.0 - w) * prior, source
 
     def _prior_rate(self, i: int) -> float:
+        return self.calibration * self._model_rate(i)
+
+    def _model_rate(self, i: int) -> float:
+        """What the performance model alone says (the static weight stands in where the model
+        does not know the card)."""
         rps = self.per_replica[i].prior.rps
         if rps is not None:
             return rps * self.mix.mean_cost(self.prompt_factor)
         return self._replicas[i].config.weight * self._unit_from_known()
+
+    def _calibrate(self) -> float:
+        ratios = sorted(
+            measured / self._model_rate(i)
+            for i, acc in enumerate(self.per_replica)
+            if acc.completions >= PRIOR_COMPLETIONS
+            and (measured := acc.measured()) is not None
+            and self._model_rate(i) > 0
+        )
+        if not ratios:
+            return 1.0
+        mid = len(ratios) // 2
+        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
     def _unit_from_known(self) -> float:
         """Rate per unit of weight over the replicas the performance model knows."""

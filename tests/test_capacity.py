@@ -112,3 +112,16 @@ def test_the_default_strategy_serves_an_untuned_fleet_at_its_capacity() -> None:
     assert default.result.ttft_p99_s < 2.0
     fixed = simulate(fleet, "round-robin", workload, rate, 90.0, 5, capacities)
     assert fixed.kept_up < KEEP_UP
+
+
+def test_a_fleet_slower_than_the_model_recalibrates_the_prior_of_its_least_used_cards() -> None:
+    """Every card runs at half the model's speed (as an emulator at time scale 0.5 would):
+    the busy cards measure it, and the calibration they agree on halves every prior, so a
+    card with few completions is not left at twice what it can do."""
+    everyone = {f"{kind}-{i}": 2.0 for kind in ("h100", "a100", "v100", "l4") for i in (0, 1)}
+    sim = _simulate("shortest-expected-delay", 0.25, slow=everyone)
+    core = sim.core
+    assert core.capacity.calibration == pytest.approx(0.5, rel=0.25)
+    l4 = core.capacity.estimate(core.replica("l4-0"), sim.clock.now)
+    model = l4.prior_rate / core.capacity.calibration
+    assert l4.rate == pytest.approx(0.5 * model, rel=0.25)
