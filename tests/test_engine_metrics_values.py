@@ -241,3 +241,26 @@ def test_no_page_of_garbage_makes_a_reading_outside_its_bounds(
     for name in reading.rejected:
         assert getattr(load, name) == getattr(GOOD_READING, name)
     assert poller.rejected.get("h100-0", 0) == len(reading.rejected)
+
+
+def test_a_nonsense_kv_size_leaves_the_learned_capacity_at_its_last_good_value() -> None:
+    """The learned KV size follows the engine's figure, ignores a nonsense one, and the
+    refusal is counted in /metrics."""
+    from router.http.metrics import RouterMetrics
+
+    clock = ManualClock(1.0)
+    core = RouterCore(fleet(), clock=clock)
+    poller = EngineMetricsPoller(core, clock=clock)
+    metrics = RouterMetrics(core, engine_rejected=lambda: poller.rejected)
+    h100 = core.replica("h100-0")
+    poller.apply(h100, GOOD_READING)
+    core.refresh_capacity()
+    assert h100.kv_tokens == 1024 * 16
+    clock.advance(1.0)
+    poller.apply(h100, parse_engine_metrics(vllm_page(blocks="-5")))
+    core.refresh_capacity()
+    assert h100.kv_tokens == 1024 * 16
+    assert core.capacity.estimate(h100, clock()).kv_source == "engine"
+    text = metrics.render().decode()
+    assert 'gpurouter_engine_metrics_rejected_values_total{replica="h100-0"} 1.0' in text
+    assert poller.status()["rejected"] == {"h100-0": 1}

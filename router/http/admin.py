@@ -1,7 +1,7 @@
 """The admin API: the router's state and the control surface over HTTP, on its own listener.
 
 - ``GET /admin/state``: the fleet snapshot as JSON, plus ``health`` and (when known)
-  ``telemetry``.
+  ``telemetry`` and ``engine_metrics`` (poll errors and values refused as nonsense).
 - ``POST /admin/commands``: one control command (``{"command": "drain", "replica": "x"}``);
   answers the audit event: 200 applied, 409 refused; 400 when it cannot be read.
 - ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
@@ -55,11 +55,13 @@ class AdminApi:
         *,
         token: str | None = None,
         telemetry: Callable[[], TelemetryStatus] | None = None,
+        engine_metrics: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.core = core
         self.control = control
         self.health = health
         self.telemetry = telemetry
+        self.engine_metrics = engine_metrics
         self._token = None if token is None else f"Bearer {token}".encode()
         self._followers: set[asyncio.Queue[Event | None]] = set()
 
@@ -119,6 +121,8 @@ class AdminApi:
         data["health"] = self.health.status()
         if self.telemetry is not None:
             data["telemetry"] = dataclasses.asdict(self.telemetry())
+        if self.engine_metrics is not None:
+            data["engine_metrics"] = self.engine_metrics()
         return data
 
     async def _command(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:

@@ -63,10 +63,14 @@ class RouterMetrics(CoreListener):
         self,
         core: RouterCore,
         ejections: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+        engine_rejected: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        """``engine_rejected``: per replica, the engine /metrics values refused as nonsense
+        (router/telemetry/engine_metrics.py)."""
         self.core = core
         self.registry = CollectorRegistry(auto_describe=False)
         self._ejections_source = ejections
+        self._engine_rejected = engine_rejected
         ids = [r.id for r in core.pool]
         ttft = Histogram(
             "gpurouter_ttft_seconds",
@@ -119,6 +123,16 @@ class _CoreCollector(Collector):
         for (replica, cause), count in (source() if source else {}).items():
             ejections.add_metric([replica, cause], count)
         yield ejections
+        rejected = CounterMetricFamily(
+            "gpurouter_engine_metrics_rejected_values",
+            "Engine /metrics values refused as nonsense (negative, NaN, out of range); the "
+            "last good value was kept.",
+            labels=["replica"],
+        )
+        engine_source = self._metrics._engine_rejected
+        for replica, count in (engine_source() if engine_source else {}).items():
+            rejected.add_metric([replica], count)
+        yield rejected
         yield from _queue(core)
         yield GaugeMetricFamily(
             "gpurouter_in_flight", "Requests running on replicas.", len(core.running)

@@ -69,11 +69,20 @@ class RouterServer:
         self.upstream = Upstream(fleet)
         self.health = HealthMonitor(self.core, fleet.router.health, self.upstream.probe)
         self.engine_metrics = EngineMetricsPoller(self.core)
-        self.metrics = RouterMetrics(self.core, lambda: self.health.ejections_total)
+        self.metrics = RouterMetrics(
+            self.core,
+            lambda: self.health.ejections_total,
+            lambda: self.engine_metrics.rejected,
+        )
         self.proxy = Proxy(self.router, self.upstream, self.health, self.metrics)
         self.front = FrontDoor(self.proxy, self.core, self.metrics)
         self.admin = AdminApi(
-            self.core, self.control, self.health, token=admin_token, telemetry=telemetry
+            self.core,
+            self.control,
+            self.health,
+            token=admin_token,
+            telemetry=telemetry,
+            engine_metrics=self.engine_metrics.status,
         )
         self._servers: list[_EmbeddedUvicorn] = []
         self._tasks: list[asyncio.Task[None]] = []

@@ -42,7 +42,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -303,6 +303,15 @@ class EngineMetricsPoller:
         self._session = session
         self._own_session = session is None
         self._task: asyncio.Task[None] | None = None
+
+    def status(self) -> dict[str, Any]:
+        """Per replica: why its last poll failed, and the values refused as nonsense (how
+        many, and the latest reason), for the admin state."""
+        return {
+            "errors": dict(self.errors),
+            "rejected": dict(self.rejected),
+            "last_rejection": dict(self.last_rejection),
+        }
 
     async def start(self) -> None:
         """Poll in the background; does nothing when the interval is 0."""
