@@ -5,10 +5,11 @@ replica is *overloaded* in an interval when its engine says so: requests waiting
 engine's own queue while its KV cache is full (``KV_FULL``; a queue beside free cache is a
 burst being admitted a few prefills per step, not a batch too large), sequences preempted,
 or a time to first token (from the moment the router sent the request) over
-``ttft_target_s``. Overloaded for ``hysteresis`` intervals in a row, its batch size is cut:
-to what the engine showed it runs at once when its own queue was the signal (more would only
-wait inside the engine, where no other replica can take them), else by ``decrease``; using
-all its slots without any overload for as many intervals, it grows by an eighth. With no
+``ttft_target_s``. Overloaded for ``hysteresis`` intervals in a row, its batch size is cut by
+``decrease``, never below what the engine showed it runs at once (fewer would idle part of
+its batch; cutting straight to that count cost throughput near saturation, when a few long
+requests briefly fill the cache); using all its slots without any overload and with nothing
+waiting in the engine's own queue for as many intervals, it grows by an eighth. With no
 signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
 utilization: a continuously batching engine reads near 100% busy with one sequence or two
 hundred, so that signal shrank every card towards 1 (docs/decisions/0003).
@@ -142,14 +143,14 @@ def retune_batch(
         if streak.high < need:
             return current, ""
         streak.high = 0
-        if signals.engine_waiting and signals.kv_full and signals.engine_running:
-            target = signals.engine_running  # what the engine can run at once
-        else:
-            target = max(math.floor(current * cfg.decrease), signals.engine_running or lo)
+        # Never below what the engine showed it runs at once: fewer would idle its batch.
+        target = max(math.floor(current * cfg.decrease), signals.engine_running or lo)
         cut = max(lo, min(current - 1, target))
         return (cut, f"{overload} for {need} intervals") if cut < current else (current, "")
     streak.high = 0
-    if not (signals.any and signals.saturated):
+    # More slots are worth having only while the engine runs all it is given: with requests
+    # waiting in its own queue (its max_num_seqs reached), more would wait there too.
+    if not (signals.any and signals.saturated) or signals.engine_waiting:
         streak.low = 0
         return current, ""
     streak.low += 1

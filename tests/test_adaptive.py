@@ -62,12 +62,11 @@ def test_a_pinned_weight_is_left_alone() -> None:
     assert free == pytest.approx(1.5)  # half-way to 2.0, all the unpinned weight
 
 
-def test_an_engine_queue_cuts_the_batch_to_what_the_engine_runs_after_hysteresis() -> None:
-    """The engine ran 40 at once with 12 waiting: more than 40 only wait inside it."""
+def test_an_engine_queue_cuts_the_batch_only_after_hysteresis() -> None:
     streak = BatchStreak()
     assert retune_batch(256, QUEUE, streak, CFG) == (256, "")
     size, why = retune_batch(256, QUEUE, streak, CFG)
-    assert size == 40
+    assert size == 192
     assert "engine queue 12 for 2 intervals" in why
 
 
@@ -98,6 +97,14 @@ def test_the_batch_grows_when_all_slots_are_used_without_overload() -> None:
     assert retune_batch(64, CALM, streak, CFG)[0] == 64
     assert retune_batch(64, CALM, streak, CFG)[0] == 72
     assert retune_batch(64, replace(CALM, saturated=False), BatchStreak(low=5), CFG)[0] == 64
+
+
+def test_the_batch_does_not_grow_past_what_the_engine_runs() -> None:
+    """All slots used, cache not full, but requests wait in the engine (its max_num_seqs):
+    more slots would only queue there."""
+    capped = BatchSignals(engine_waiting=8, engine_running=256, engine_kv_usage=0.5, saturated=True)
+    assert capped.overload(CFG) is None
+    assert retune_batch(256, capped, BatchStreak(low=5), CFG) == (256, "")
 
 
 def test_no_signal_means_no_change() -> None:
@@ -159,7 +166,7 @@ def test_the_core_cuts_a_queueing_replica_and_records_the_signal() -> None:
             r.telemetry = Telemetry(utilization=1.0, received_at=clock())
         changes = core.tune()
     assert [c.message for c in changes] == [
-        "r0: batch_size 8 -> 4 (engine queue 5 for 2 intervals)"
+        "r0: batch_size 8 -> 6 (engine queue 5 for 2 intervals)"
     ]
     assert core.replica("r1").batch_size == 8
 
