@@ -271,10 +271,8 @@ class FleetCapacity:
             kv, source, _ = self._kv(r)
             limit = kv if source in (Source.ENGINE, Source.FLEET_FILE) else None
             moved = abs(speed - r.speed) > CHANGE * r.speed
-            efficiency = self.per_replica[r.index].prior.efficiency
-            if moved or kv != r.kv_tokens or limit != r.kv_limit or efficiency is not r.efficiency:
+            if moved or kv != r.kv_tokens or limit != r.kv_limit:
                 r.speed, r.kv_tokens, r.kv_limit = speed, kv, limit
-                r.efficiency = efficiency
                 changed.append(r)
         return changed
 

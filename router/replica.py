@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -88,9 +87,6 @@ class Replica:
     fleet file's; None: not known for certain (a request is then never refused for size)."""
     kv_tokens: int | None = None
     """The best estimate of the same: ``kv_limit``, else the performance model's prior."""
-    efficiency: Sequence[float] = (0.0, 1.0)
-    """Share of ``speed`` the replica reaches with ``c`` requests running (index ``c``; past
-    the end, the last value): a batching engine needs many requests to reach its full rate."""
     slowdown_recent: Ewma = field(default_factory=lambda: Ewma(tau=5.0))
     """Each request's measured duration over what ``expected_seconds`` predicted when it was
     sent, averaged over the last few seconds: one request that shared the engine with many
