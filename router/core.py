@@ -167,12 +167,7 @@ class RouterCore:
         stats.e2e.add(now - req.arrival)
         r.latency.observe((now - a.started) / max(req.cost, 1.0), now)
         if a.expected_s > 0:
-            ratio = (now - a.started) / a.expected_s
-            r.slowdown_recent.observe(ratio, now)
-            r.slowdown_norm.observe(ratio, now)
-            recent = r.slowdown_recent.value
-            if recent is not None:
-                r.slowdown.observe(recent, now)
+            r.observe_slowdown((now - a.started) / a.expected_s, now)
         produced = output_tokens if output_tokens is not None else req.max_tokens
         self.capacity.completed(r, req.prompt_tokens, produced, req.cost, now)
         r.completed += 1

@@ -109,6 +109,14 @@ class Replica:
         """Seconds to finish the work already here plus ``cost`` more, at the learned rate."""
         return (self.outstanding_cost + cost) / self.speed
 
+    def observe_slowdown(self, ratio: float, now: float) -> None:
+        """A request took ``ratio`` times what ``expected_seconds`` predicted."""
+        self.slowdown_recent.observe(ratio, now)
+        self.slowdown_norm.observe(ratio, now)
+        recent = self.slowdown_recent.value
+        if recent is not None:
+            self.slowdown.observe(recent, now)
+
     def slowdown_factor(self) -> float:
         """How much slower than usual the replica has been lately: the peak EWMA of measured
         over expected durations, over its plain long-run average (1.0 before samples)."""
