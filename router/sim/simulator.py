@@ -80,9 +80,9 @@ class ReplicaResult:
     throughput_rps: float
     capacity_rps: float
     utilization: float
-    """The replica's load as the live router computes it (router/imbalance.py): work sent per
-    second in the steady-state window over the router's learned capacity at the end of the
-    run; above 1 when it was sent more than it can do."""
+    """The replica's load as the live router computes it (router/imbalance.py): work sent in
+    the steady-state window plus work still held when it closed, over what the replica does in
+    the window at the router's learned capacity; above 1 when asked more than it can do."""
     busy_fraction: float
     """Share of the time the engine was stepping (what NVML calls utilization)."""
     preemptions: int
