@@ -10,7 +10,7 @@ from itertools import groupby
 import pytest
 
 from router.errors import ControlError
-from router.replica import ReplicaState, Telemetry
+from router.replica import EngineLoad, ReplicaState, Telemetry
 from router.request import Request
 from router.strategies import STRATEGIES, create_strategy
 from router.strategies.affinity import Affinity
@@ -449,6 +449,22 @@ def test_capacity_aware_trusts_fresh_kv_telemetry_and_ignores_stale() -> None:
     assert s.pick(req, 11.0) is small  # fresh: 500 tokens free
     assert "engine telemetry" in s.explain(req, 11.0, big).note
     assert s.pick(req, 14.0) is big  # 4 s old: stale, router accounting says empty
+
+
+def test_capacity_aware_keeps_requests_in_the_router_while_an_engines_batch_is_full() -> None:
+    """The engine said 2 wait in its own queue while it ran 3: with 3 of ours there, a fourth
+    would only wait inside it, so the request waits in the router's queue instead; once one
+    of ours finishes (2 there, fewer than it ran) it may go again; a reading older than
+    ``stale_after_s`` is not trusted."""
+    s = attach("capacity-aware", make_pool([Spec(kv_capacity_tokens=100_000)]))
+    (r,) = s.pool.replicas
+    for _ in range(3):
+        dispatch(s.pool, r, request(10, 10))
+    r.engine = EngineLoad("vllm", received_at=10.0, waiting=2, running=3, kv_usage=0.2)
+    assert s.pick(request(10, 10), 11.0) is None
+    assert s.pick(request(10, 10), 14.0) is r  # stale
+    complete(s.pool, r, next(iter(r.running.values())))
+    assert s.pick(request(10, 10), 11.0) is r
 
 
 def test_capacity_aware_finds_the_least_loaded_replica_with_room_in_a_kv_full_fleet() -> None:
