@@ -327,6 +327,7 @@ async def one_run(
         result = await _recv(loop, gen_conn, wall_budget)
         sampler.recording = False
         after = completed_by_replica(server.core)
+        learned = learned_capacity(server.core, n)
         # The generator has cut off what was left; let the router settle those requests.
         for _ in range(50):
             if not server.core.running and len(server.core.queue) == 0:
@@ -368,7 +369,19 @@ async def one_run(
     )
     row["wall_s"] = round(time.perf_counter() - t_start, 1)
     row["unsettled_at_end"] = unsettled
+    row["learned_capacity"] = learned
     return row
+
+
+def learned_capacity(core: Any, slowdown: float) -> dict[str, Any]:
+    """What the router learned of each replica when the load ended (emulated req/s: wall
+    figures times the slowdown), with the source, if this router learns capacity at all."""
+    out: dict[str, Any] = {}
+    for r in core.snapshot().replicas:
+        rps = getattr(r, "capacity_rps", None)
+        if rps is not None:
+            out[r.id] = {"rps": round(rps * slowdown, 4), "source": r.capacity_source}
+    return out
 
 
 async def _recv(loop: asyncio.AbstractEventLoop, conn: Connection, timeout: float) -> Any:
@@ -550,6 +563,17 @@ def print_load(report: Mapping[str, Any]) -> None:
     print("requests completed per replica (router accounting, whole run):")
     for r in report["rows"]:
         print(f"  {r['strategy']:<27} {_per_replica(r)}")
+    true = report.get("capacity_rps_by_replica") or {}
+    if any(r.get("learned_capacity") for r in report["rows"]) and true:
+        print("learned capacity at the end of the load / true (emulated req/s; source):")
+        for r in report["rows"]:
+            cells = " ".join(
+                f"{rid} {v['rps'] / true[rid]:.2f}{v['source'][0]}"
+                for rid, v in r.get("learned_capacity", {}).items()
+                if rid in true and true[rid] > 0
+            )
+            print(f"  {r['strategy']:<27} {cells}")
+        print("  (ratio learned/true; p prior, m measured, o operator)")
     print(
         "machine checks (load generator late p99, router loop lag p99, emulated s; emulator clock):"
     )
