@@ -5,7 +5,8 @@ per replica: its *service rate* (units of request cost it completes per second w
 the work it can run at once) and its *KV capacity* (tokens its cache holds).
 
 Service rate. The prior comes from the performance model for the replica's GPU and served
-model at the workload's mix as the router sees it (router/perf/model.py: ``saturation``).
+model at the workload's mix as the router sees it (router/capacity_prior.py: the stepped
+engine model, run closed-loop at a grid of concurrencies).
 It is refined from the router's own accounting: an engine that runs ``c`` requests at once
 completes ``rate * efficiency(c)`` per second, where ``efficiency(c)`` is the performance
 model's throughput at ``c`` over its throughput at saturation (a continuously batching engine
