@@ -236,6 +236,8 @@ class FleetCapacity:
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
+        self._known_unit = self._unit_from_known()
+        """``_unit_from_known`` as of the last refresh: an O(n) sum, read once per replica."""
         self.calibration = 1.0
         """Median of measured over modelled rate across the replicas measured well enough:
         how far this fleet runs from the performance model. It scales every prior, so a card
@@ -261,6 +263,7 @@ class FleetCapacity:
         """Recompute every replica's speed and KV limit; the replicas whose figures moved."""
         self._last_refresh = now
         self._refit_if_mix_moved()
+        self._known_unit = self._unit_from_known()
         self.calibration = self._calibrate()
         for r in self._replicas:
             self.per_replica[r.index].advance(r.in_flight, now)
@@ -323,7 +326,7 @@ class FleetCapacity:
         rps = self.per_replica[i].prior.rps
         if rps is not None:
             return rps * self.mix.mean_cost(self.prompt_factor)
-        return self._replicas[i].config.weight * self._unit_from_known()
+        return self._replicas[i].config.weight * self._known_unit
 
     def _calibrate(self) -> float:
         ratios = sorted(

@@ -27,6 +27,8 @@ class Tuner:
     def __init__(self, replicas: Sequence[Replica], cfg: AdaptiveConfig, stale_after_s: float):
         self.cfg = cfg
         self.stale_after_s = stale_after_s
+        # Off, the request path records nothing for rounds that never run.
+        self.enabled = cfg.weights or cfg.batch_sizes
         n = len(replicas)
         self._streaks = [BatchStreak() for _ in range(n)]
         self._peak = [0] * n
@@ -36,10 +38,12 @@ class Tuner:
     # ---- signals, from the core ------------------------------------------------------------
 
     def started(self, r: Replica) -> None:
-        if r.in_flight > self._peak[r.index]:
+        if self.enabled and r.in_flight > self._peak[r.index]:
             self._peak[r.index] = r.in_flight
 
     def first_byte(self, r: Replica, seconds: float) -> None:
+        if not self.enabled:
+            return
         samples = self._ttfts[r.index]
         if len(samples) < 4096:  # a round's worth; bounded whatever the rate
             samples.append(seconds)

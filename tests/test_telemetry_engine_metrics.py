@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from router.clock import ManualClock
+from router.config.schema import FleetConfig
 from router.core import RouterCore
 from router.emulator import EmulatedFleet
 from router.replica import EngineLoad, Replica
@@ -93,26 +94,38 @@ def test_a_page_without_known_names_is_an_error(page: str) -> None:
         parse_engine_metrics(page)
 
 
+async def _poll_once(
+    config: FleetConfig, endpoints: dict[str, str], *, others: bool = True
+) -> EngineMetricsPoller:
+    """One poll by a router over ``config``'s replicas at ``endpoints``; the poller, stopped,
+    with its core. The other replicas point at a port nothing listens on, or with
+    ``others=False`` are left out of the fleet."""
+    replicas = tuple(
+        dataclasses.replace(r, endpoint=endpoints.get(r.id, "http://127.0.0.1:9"))
+        for r in config.replicas
+        if others or r.id in endpoints
+    )
+    nodes = tuple(
+        dataclasses.replace(n, replicas=tuple(r for r in replicas if r.node == n.name))
+        for n in config.nodes
+    )
+    poller = EngineMetricsPoller(
+        RouterCore(dataclasses.replace(config, nodes=nodes)), timeout_s=2.0
+    )
+    try:
+        await poller.poll_once()
+    finally:
+        await poller.stop()
+    return poller
+
+
 async def test_the_poller_reads_the_emulator_and_unreachable_replicas_keep_an_error() -> None:
     """Against the replica emulator's real /metrics: engine load with the router's clock."""
     config = fleet()
     emulated = EmulatedFleet(config, replicas=["h100-0"], ports={"h100-0": 0})
     async with emulated:
-        endpoints = {"h100-0": emulated.url("h100-0")}
-        replicas = tuple(
-            dataclasses.replace(r, endpoint=endpoints.get(r.id, "http://127.0.0.1:9"))
-            for r in config.replicas
-        )
-        nodes = tuple(
-            dataclasses.replace(n, replicas=tuple(r for r in replicas if r.node == n.name))
-            for n in config.nodes
-        )
-        core = RouterCore(dataclasses.replace(config, nodes=nodes))
-        poller = EngineMetricsPoller(core, timeout_s=2.0)
-        try:
-            await poller.poll_once()
-        finally:
-            await poller.stop()
+        poller = await _poll_once(config, {"h100-0": emulated.url("h100-0")})
+    core = poller.core
     engine = core.replica("h100-0").engine
     assert engine is not None
     assert (engine.engine, engine.waiting, engine.running, engine.kv_usage) == ("vllm", 0, 0, 0.0)
@@ -302,22 +315,8 @@ async def test_the_poller_reads_the_emulator_s_true_kv_capacity_and_preemptions(
     async with emulated:
         engine = emulated.replica("h100-0").engine
         engine.preemptions = 7  # as if the engine had preempted seven sequences
-        replicas = tuple(
-            dataclasses.replace(r, endpoint=emulated.url("h100-0"))
-            for r in config.replicas
-            if r.id == "h100-0"
-        )
-        nodes = tuple(
-            dataclasses.replace(n, replicas=tuple(r for r in replicas if r.node == n.name))
-            for n in config.nodes
-        )
-        core = RouterCore(dataclasses.replace(config, nodes=nodes))
-        poller = EngineMetricsPoller(core, timeout_s=2.0)
-        try:
-            await poller.poll_once()
-        finally:
-            await poller.stop()
-    load = core.replica("h100-0").engine
+        poller = await _poll_once(config, {"h100-0": emulated.url("h100-0")}, others=False)
+    load = poller.core.replica("h100-0").engine
     assert load is not None
     assert (load.kv_capacity_tokens, load.preemptions_total) == (engine.kv_capacity, 7)
     assert poller.errors == {}
