@@ -13,6 +13,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from console.interrupts import EXIT_INTERRUPTED, silence
+
 if TYPE_CHECKING:
     from console.ctl.client import AdminClient
 
@@ -28,7 +30,8 @@ exit codes:
   2  usage error or bad value (also HTTP 400: the router could not read the command)
   3  cannot reach the router: connection refused, timeout, the stream ended, or the
      address answered something that is not a gpurouter admin API
-  4  authentication: no token where one is needed (401), or a wrong one (403)"""
+  4  authentication: no token where one is needed (401), or a wrong one (403)
+  130  interrupted by Ctrl+C before the router answered"""
 
 REPLICA_COMMANDS = {
     "drain": "send a replica no new work; it is drained when its in-flight work is done",
@@ -51,6 +54,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.description = "Talk to a running router's admin API (gpurouter serve, console or demo)."
     p.epilog = EXIT_CODES
+    _add_connection(p, default_timeout=10.0)
+    # The same options after the subcommand (`ctl status --admin URL`); SUPPRESS keeps a
+    # subcommand from overwriting with its defaults what was given before it.
+    connection = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    _add_connection(connection, default_timeout=argparse.SUPPRESS)
+    sub = p.add_subparsers(
+        dest="ctl_command", required=True, metavar="SUBCOMMAND", parser_class=_Parser
+    )
+    _add_reads(sub, connection)
+    _add_commands(sub, connection)
+
+
+def _add_connection(p: argparse.ArgumentParser, default_timeout: object) -> None:
+    """Where the admin API is and how to talk to it: before or after the subcommand."""
     p.add_argument(
         "--admin",
         metavar="URL",
@@ -61,21 +78,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=_positive(float),
-        default=10.0,
+        default=default_timeout,
         metavar="S",
         help="seconds to wait for the router to answer (10)",
     )
-    sub = p.add_subparsers(
-        dest="ctl_command", required=True, metavar="SUBCOMMAND", parser_class=_Parser
+
+
+def _add_reads(sub: Any, connection: argparse.ArgumentParser) -> None:
+    status = sub.add_parser(
+        "status", parents=[connection], help="the fleet at a glance: a table, or --json"
     )
-    _add_reads(sub)
-    _add_commands(sub)
-
-
-def _add_reads(sub: Any) -> None:
-    status = sub.add_parser("status", help="the fleet at a glance: a table, or --json")
     status.add_argument("--json", action="store_true", help="print the raw state JSON")
-    events = sub.add_parser("events", help="the audit trail: every command and state change")
+    events = sub.add_parser(
+        "events", parents=[connection], help="the audit trail: every command and state change"
+    )
     events.add_argument("--follow", action="store_true", help="keep printing new events")
     events.add_argument(
         "--since", type=_at_least(0), default=0, metavar="SEQ", help="only events after SEQ"
@@ -84,15 +100,17 @@ def _add_reads(sub: Any) -> None:
         "--count", type=_at_least(1), metavar="N", help="stop after N events (with --follow too)"
     )
     events.add_argument("--json", action="store_true", help="one JSON object per line")
-    decisions = sub.add_parser("decisions", help="recent routing decisions and why")
+    decisions = sub.add_parser(
+        "decisions", parents=[connection], help="recent routing decisions and why"
+    )
     decisions.add_argument(
         "--limit", type=_at_least(1), default=20, metavar="N", help="how many (20)"
     )
     decisions.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
-def _add_commands(sub: Any) -> None:
-    as_json = argparse.ArgumentParser(add_help=False)
+def _add_commands(sub: Any, connection: argparse.ArgumentParser) -> None:
+    as_json = argparse.ArgumentParser(add_help=False, parents=[connection])
     as_json.add_argument("--json", action="store_true", help="print the audit event as JSON")
     strategy = sub.add_parser("strategy", parents=[as_json], help="switch the routing strategy")
     strategy.add_argument("name", metavar="NAME", help="a name from `gpurouter strategies`")
@@ -146,14 +164,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`| head -n 1`): stop quietly, as Unix tools do.
-        _silence(out)
+        silence(out)
         return 0
     except KeyboardInterrupt:
         # Ctrl+C is how `events --follow` is meant to end; elsewhere it cut a request short.
         if args.ctl_command == "events" and args.follow:
             return 0
         err.write(f"{PROG}: error: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -177,6 +195,7 @@ def _command_body(args: argparse.Namespace) -> dict[str, Any]:
 
     name = args.ctl_command
     if name == "strategy":
+        _check_strategy(args.name)
         return {"command": name, "name": args.name, "params": dict(args.param)}
     body: dict[str, Any] = {"command": name, "replica": args.replica}
     if name in ("weight", "batch"):
@@ -187,6 +206,16 @@ def _command_body(args: argparse.Namespace) -> dict[str, Any]:
     elif name == "preempt":
         body["include_high"] = args.include_high
     return body
+
+
+def _check_strategy(name: str) -> None:
+    """A name no router knows is a bad value (exit 2), not a refusal of a state (exit 1)."""
+    from console.ctl import BadValueError
+    from router.strategies import STRATEGIES
+
+    if name not in STRATEGIES:
+        known = ", ".join(sorted(STRATEGIES))
+        raise BadValueError(f"unknown strategy {name!r}; known: {known}")
 
 
 def _status(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -231,15 +260,6 @@ def _line(item: dict[str, Any], as_json: bool, kind: str) -> str:
         raise UnreachableError(
             f"the admin API's {kind} is not what ctl expects ({exc!r})"
         ) from None
-
-
-def _silence(out: TextIO) -> None:
-    """Point ``out`` at /dev/null, so the interpreter's last flush cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-    except (OSError, ValueError):  # no file descriptor (a StringIO): nothing left to flush
-        pass
 
 
 def _default_actor() -> str:

@@ -184,3 +184,50 @@ def test_strategies_lists_every_strategy_in_aligned_columns(
     column = header.index("SUMMARY")
     assert [row[:column].strip() for row in rows] == list(STRATEGIES)
     assert [row[column:] for row in rows] == [cls.summary for cls in STRATEGIES.values()]
+
+
+SCENARIO = """\
+name: drill
+seed: 3
+fleet: {fleet}
+workload:
+  phases:
+    - {{duration: 20, load: 0.5}}
+actions:
+  - {{at: 5, command: drain, replica: r0}}
+checks:
+  - {{metric: failed, max: 0}}
+"""
+
+
+def test_check_of_a_scenario_file_says_so_and_checks_it_with_its_fleet(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A scenario is not a fleet file with ten unknown keys: it is named as what it is."""
+    fleet = EXAMPLES / "mixed-a100-v100.yaml"
+    path = tmp_path / "drill.yaml"
+    path.write_text(SCENARIO.format(fleet=fleet).replace("r0", "a100-0"))
+    assert main(["config", "check", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        f"{path} is a scenario file (gpurouter run); checking it as one",
+        "ok: scenario drill: 20 s in 1 phase(s), 1 action(s), 1 check(s); "
+        f"fleet {fleet}: 2 nodes, 8 GPUs, 8 replicas",
+    ]
+
+
+def test_check_of_a_broken_scenario_lists_the_scenarios_problems_not_fleet_keys(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "drill.yaml"
+    path.write_text(SCENARIO.format(fleet=EXAMPLES / "mixed-a100-v100.yaml"))
+    assert main(["config", "check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == f"{path} is a scenario file (gpurouter run); checking it as one\n"
+    assert "did you mean 'server'" not in err
+    assert err.splitlines() == [
+        f"{path}:8: actions[0].replica: unknown replica 'r0'; expected one of: a100-0, a100-1, "
+        "a100-2, a100-3, v100-0, v100-1, v100-2, v100-3",
+        f"1 problem(s) in {path}",
+    ]

@@ -372,9 +372,29 @@ async def test_a_refused_command_exits_1_with_the_routers_message(
     unknown = await ctl("--admin", server.admin_url, "drain", "nope")
     assert unknown.code == 1
     assert "no replica 'nope'" in one_error_line(unknown)
+
+
+async def test_an_unknown_strategy_name_is_a_bad_value_exit_2_and_nothing_is_sent(
+    server: RouterServer, ctl: Ctl
+) -> None:
     strategy = await ctl("--admin", server.admin_url, "strategy", "fastest")
-    assert strategy.code == 1
-    assert "unknown strategy 'fastest'" in one_error_line(strategy)
+    assert strategy.code == 2
+    assert strategy.out == ""
+    line = one_error_line(strategy)
+    assert "unknown strategy 'fastest'; known: affinity, capacity-aware" in line
+    assert not server.control.audit
+
+
+async def test_connection_options_are_accepted_after_the_subcommand_too(
+    server: RouterServer, ctl: Ctl
+) -> None:
+    """`ctl status --admin URL` works as `ctl --admin URL status` does; after wins."""
+    after = await ctl("status", "--admin", server.admin_url, "--timeout", "5", "--json")
+    assert after.code == 0, after.err
+    assert json.loads(after.out)["strategy"] == server.core.strategy.name
+    both = await ctl("--admin", "http://127.0.0.1:1", "drain", "a", "--admin", server.admin_url)
+    assert both.code == 0, both.err
+    assert server.control.audit[-1].actor == "ctl"
 
 
 @pytest.mark.parametrize(

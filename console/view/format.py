@@ -59,11 +59,12 @@ def rate(per_s: float) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """A latency or an age, short: ``850us``, ``42ms``, ``1.3s``, ``2m05s``; ``—`` for None."""
+    """A latency or an age, short: ``<1ms``, ``42ms``, ``1.3s``, ``2m05s``; ``—`` for None."""
     if seconds is None:
         return NONE
     if seconds < 0.001:
-        return f"{seconds * 1e6:.0f}us"
+        # Microseconds are noise on a screen refreshed each second (a decision "0us ago").
+        return "<1ms"
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 60:
