@@ -6,11 +6,19 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, TextIO
 
+from console.listen_options import (
+    add_listen_options,
+    admin_address,
+    check_listen_options,
+    listen_failure,
+)
 from router.errors import GpuRouterError
 
 if TYPE_CHECKING:
     from console.app import ConsoleApp
     from console.router_host import LocalRouter
+
+PROG = "gpurouter console"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start no MQTT broker or subscriber; utilization is the router's estimate",
     )
+    add_listen_options(p)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -42,22 +51,32 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from console.app import ConsoleApp
     from console.router_host import LocalRouter
     from router.config import load_fleet
+    from router.http.server import ListenError
 
     try:
         if args.refresh is not None and args.refresh <= 0:
             raise GpuRouterError(f"--refresh must be > 0, got {args.refresh}")
+        check_listen_options(args)
         fleet = load_fleet(args.config)
-        host = LocalRouter(fleet, telemetry=not args.no_telemetry)
+        host = LocalRouter(
+            fleet,
+            telemetry=not args.no_telemetry,
+            listen=args.listen,
+            admin_listen=admin_address(args, fleet),
+        )
         # Built before the router starts: a bad key or theme is reported without side effects.
         app = ConsoleApp(
             host.backend(), theme=args.theme, read_only=args.read_only, refresh_s=args.refresh
         )
         asyncio.run(_run(app, host))
     except GpuRouterError as exc:
-        err.write(f"gpurouter console: {exc}\n")
+        err.write(f"{PROG}: {exc}\n")
         return 2
+    except ListenError as exc:
+        err.write(listen_failure(PROG, exc) + "\n")
+        return 1
     except OSError as exc:
-        err.write(f"gpurouter console: cannot start the router: {exc}\n")
+        err.write(f"{PROG}: cannot start the router: {exc}\n")
         return 1
     return 0
 

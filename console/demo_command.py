@@ -16,6 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
+from console.listen_options import (
+    add_listen_options,
+    admin_address,
+    check_listen_options,
+    listen_failure,
+)
 from router.errors import GpuRouterError
 
 if TYPE_CHECKING:
@@ -40,16 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--duration", type=float, metavar="S", help="stop after S seconds (default: run on)"
     )
     p.add_argument("--json", action="store_true", help="with --headless: JSON lines on stdout")
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        help="front door address (default: the fleet file's server.listen; port 0: any)",
-    )
-    p.add_argument(
-        "--admin-listen",
-        metavar="HOST:PORT",
-        help="admin API address (default: the fleet file's server.admin_listen)",
-    )
+    add_listen_options(p)
     p.add_argument(
         "--time-scale",
         type=float,
@@ -70,20 +67,17 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: the HTTP and MQTT stacks are not needed to build the parser.
     from router.config import load_fleet
     from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
-    from router.http.server import split_host_port
 
     try:
         if args.duration is not None and args.duration <= 0:
             raise GpuRouterError(f"--duration must be > 0, got {args.duration}")
-        for option in (args.listen, args.admin_listen):
-            if option is not None:
-                split_host_port(option)
+        check_listen_options(args)
         low, high = _fractions(args.load)
         fleet = load_fleet(Path(args.fleet) if args.fleet else default_fleet_path())
         options = DemoOptions(
             time_scale=args.time_scale,
             listen=args.listen,
-            admin_listen=args.admin_listen,
+            admin_listen=admin_address(args, fleet),
             load=DemoLoad(low=low, high=high),
             seed=args.seed,
         )
@@ -96,7 +90,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{PROG}: {exc}\n")
         return 2
     except OSError as exc:
-        err.write(f"{PROG}: cannot listen: {exc}\n")
+        err.write(listen_failure(PROG, exc) + "\n")
         return 1
     return 0
 

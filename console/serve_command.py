@@ -6,45 +6,41 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, TextIO
 
+from console.listen_options import (
+    add_listen_options,
+    admin_address,
+    check_listen_options,
+    listen_failure,
+)
 from router.errors import GpuRouterError
 
 if TYPE_CHECKING:
     from router.http.server import RouterServer
 
+PROG = "gpurouter serve"
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="fleet YAML file")
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        help="front door address (default: the fleet file's server.listen; port 0: any)",
-    )
-    p.add_argument(
-        "--admin-listen",
-        metavar="HOST:PORT",
-        help="admin API address (default: server.admin_listen); not loopback needs a token",
-    )
+    add_listen_options(p)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: uvicorn, aiohttp and prometheus-client are not needed to build the parser.
     from router.config import load_fleet
-    from router.http.server import RouterServer, split_host_port
+    from router.http.server import RouterServer
 
     try:
-        for option in (args.listen, args.admin_listen):
-            if option is not None:
-                split_host_port(option)
-        server = RouterServer(
-            load_fleet(args.config), listen=args.listen, admin_listen=args.admin_listen
-        )
+        check_listen_options(args)
+        fleet = load_fleet(args.config)
+        server = RouterServer(fleet, listen=args.listen, admin_listen=admin_address(args, fleet))
     except (GpuRouterError, ValueError) as exc:
-        err.write(f"gpurouter serve: {exc}\n")
+        err.write(f"{PROG}: {exc}\n")
         return 2
     try:
         _run_loop(_serve(server, out))
     except OSError as exc:
-        err.write(f"gpurouter serve: cannot listen: {exc}\n")
+        err.write(listen_failure(PROG, exc) + "\n")
         return 1
     return 0
 

@@ -38,7 +38,7 @@ from router.http.upstream import Upstream
 from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["RouterServer", "is_loopback", "split_host_port"]
+__all__ = ["ListenError", "RouterServer", "is_loopback", "split_host_port"]
 
 _HANDLER_WAIT_S = 2.0
 """After the grace, how long cancelled handlers get to unwind before the pool closes."""
@@ -114,7 +114,13 @@ class RouterServer:
 
     async def start(self) -> None:
         """Bind both listeners, start the pool, the timers and health checks."""
-        sockets = [_bind(self.listen), _bind(self.admin_listen)]
+        front = _bind(self.listen, "front door", "server.listen")
+        try:
+            admin = _bind(self.admin_listen, "admin API", "server.admin_listen")
+        except OSError:
+            front.close()
+            raise
+        sockets = [front, admin]
         try:
             await self.upstream.start()
             self.router.start()
@@ -268,12 +274,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _bind(address: str) -> socket.socket:
+class ListenError(OSError):
+    """A listener could not take its address: which listener, the address, the setting that
+    moves it, and the system's reason (``errno`` as the OSError it wraps)."""
+
+    def __init__(self, listener: str, address: str, setting: str, cause: OSError) -> None:
+        # socket.create_server's own text repeats the address as a Python tuple.
+        reason = os.strerror(cause.errno) if cause.errno else str(cause)
+        super().__init__(cause.errno, reason)
+        self.listener = listener
+        self.address = address
+        self.setting = setting
+
+    def __str__(self) -> str:
+        return f"the {self.listener} cannot listen on {self.address}: {self.strerror}"
+
+
+def _bind(address: str, listener: str, setting: str) -> socket.socket:
     host, port = split_host_port(address)
     if host == "localhost":
         host = "127.0.0.1"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=2048)
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise ListenError(listener, address, setting, exc) from None
 
 
 def _address(sock: socket.socket) -> str:
