@@ -211,3 +211,25 @@ def test_gpu_profiles_may_give_power_figures_and_default_idle_from_tdp(tmp_path:
     assert mine.tdp_w == 200
     assert mine.idle_w is None
     assert mine.idle_power_w == pytest.approx(34.0)
+
+
+async def test_a_gpu_inside_one_long_step_reads_busy_not_idle() -> None:
+    """A V100 prefilling a full chunk runs one step of about 1.6 engine seconds; a reading
+    window that falls wholly inside that step must read the GPU busy. (Busy time used to be
+    counted when a step started, so such a window read 0.0 on a loaded card.)"""
+    # Ten thousand times slower than life: the one step lasts hours of wall time, so every
+    # reading below falls inside it however slow the machine is.
+    spec = Spec("v100", gpu="V100-32GB")
+    emulated = EmulatedFleet(fleet_config(spec), time_scale=1e-4, ports=any_ports([spec]))
+    async with emulated:
+        replica = emulated.replicas["v100"]
+        replica.driver.submit(8000, 1)
+        await until(lambda: replica.engine.busy_seconds > 0)
+        emulated.gpu_samples(NODE)  # the window opens inside the step
+        readings = []
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+            (sample,) = emulated.gpu_samples(NODE)
+            readings.append(sample.gpu_util_pct)
+        assert replica.engine.step_no == 0  # all three readings fell inside the first step
+        assert readings == [100.0, 100.0, 100.0]

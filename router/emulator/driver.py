@@ -173,6 +173,21 @@ class EngineDriver:
             raise ValueError(f"slowdown factor must be > 0, got {factor}")
         self.engine.cost = self._base_cost if factor == 1 else _Slowed(self._base_cost, factor)
 
+    def busy_reading(self) -> tuple[float, float]:
+        """The loop's clock now, and the engine seconds spent in steps up to then.
+
+        A step's duration is known (and added to the engine's ``busy_seconds``) when it
+        starts; the part of the running step still to come is taken off, so that a reading
+        taken inside one long step (a full prefill chunk on a V100 lasts over a second)
+        counts the time that step has run rather than nothing.
+        """
+        wall = asyncio.get_running_loop().time()
+        busy = self.engine.busy_seconds
+        if self._step_s is not None:
+            elapsed = (wall - self._clock_wall) * self.time_scale
+            busy -= self._step_s - min(max(0.0, elapsed), self._step_s)
+        return wall, busy
+
     def now(self) -> float:
         """Engine time, seconds since the driver started."""
         elapsed = (asyncio.get_running_loop().time() - self._clock_wall) * self.time_scale

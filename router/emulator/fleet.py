@@ -9,7 +9,6 @@ emulated GPUs for the telemetry agent.
 from __future__ import annotations
 
 import ipaddress
-import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -89,7 +88,7 @@ class EmulatedFleet:
             for replica in self.replicas.values():
                 await replica.start()
                 self._windows[replica.id] = BusyWindow(
-                    time.monotonic(), replica.engine.busy_seconds, self.time_scale
+                    *replica.driver.busy_reading(), self.time_scale
                 )
         except BaseException:
             await self.stop()
@@ -194,13 +193,12 @@ class EmulatedFleet:
         Utilization is the busy share since the previous call for the same replica.
         """
         config = self._node(node)
-        now = time.monotonic()
         loads: dict[int, GpuLoad] = {}
         for r in config.replicas:
             replica, window = self.replicas.get(r.id), self._windows.get(r.id)
             if replica is None or window is None:
                 continue
-            util = window.read(now, replica.engine.busy_seconds)
+            util = window.read(*replica.driver.busy_reading())
             per_gpu = replica.memory_used_bytes() // len(r.gpus)
             for index in r.gpus:
                 loads[index] = GpuLoad(r.id, util, per_gpu)

@@ -41,7 +41,12 @@ class GpuLoad:
 
 
 class BusyWindow:
-    """The busy share of the time between two readings of one engine."""
+    """The busy share of the time between two readings of one engine.
+
+    ``busy_s`` must be the engine seconds spent in steps up to ``wall`` (the driver's
+    ``busy_reading``), counting the elapsed part of a step still running: a window that
+    falls inside one long step is then busy throughout, never idle.
+    """
 
     def __init__(self, wall: float, busy_s: float, time_scale: float) -> None:
         self._wall, self._busy = wall, busy_s
@@ -52,7 +57,7 @@ class BusyWindow:
         """Busy share since the previous reading, 0..1; the previous share if no time passed."""
         elapsed = (wall - self._wall) * self._scale
         if elapsed > 0:
-            # A step's whole duration counts when it starts, so a window can read over 1.
+            # Rounding of the two clocks' products can leave a hair over 1.
             self._last = min(1.0, max(0.0, (busy_s - self._busy) / elapsed))
             self._wall, self._busy = wall, busy_s
         return self._last
