@@ -74,7 +74,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "drain",
         "Drain",
-        "Drain the selected replica: no new work, in-flight work finishes",
+        "Drain the selected replica: no new work; in-flight finishes",
         "d",
         mutates=True,
         confirm=True,
@@ -92,7 +92,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "preempt",
         "Preempt",
-        "Free the selected replica now: re-queue its low-priority work",
+        "Stop its normal and low-priority work now; it stays drained",
         "p",
         mutates=True,
         confirm=True,
@@ -120,7 +120,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "detail",
         "Detail",
-        "Open the selected replica: latency history, recent decisions",
+        "Open the selected replica: capacity, latency, decisions",
         "i",
         target=True,
         footer=False,

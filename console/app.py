@@ -25,7 +25,7 @@ from console.backend import ConsoleBackend
 from console.commands import ConsoleCommands
 from console.messages import FilterClosed, RouterEventRecorded
 from console.screens.confirm import ConfirmScreen
-from console.screens.help import HelpScreen
+from console.screens.help import HelpScreen, where
 from console.screens.replica_detail import DetailData, ReplicaDetail
 from console.screens.strategy_picker import StrategyPicker
 from console.screens.value_input import Answer, ValueScreen
@@ -36,6 +36,7 @@ from console.view.header import Modes, header_lines
 from console.view.history import History
 from console.view.impact import impact, impact_lines
 from console.view.models import model_rows
+from console.view.service import Service, service, up_by_model
 from console.widgets.events_pane import EventsPane
 from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
@@ -125,6 +126,7 @@ class ConsoleApp(App[None]):
         self.last_snapshot: FleetSnapshot | None = None
         self.last_status: TelemetryStatus | None = None
         self.last_rows: list[GpuRow] = []
+        self.last_service = Service(0, frozenset(), ())
         self._watch: Watch | None = None
         self._cells: CellCache = {}
         self._timer: Timer | None = None
@@ -186,7 +188,9 @@ class ConsoleApp(App[None]):
         """One snapshot -> view models -> widgets. ``tick`` also records history."""
         snap = self.backend.snapshot()
         status = self.backend.telemetry()
-        rows = gpu_rows(self.fleet, snap, status, self.backend.samples(status))
+        rows = gpu_rows(
+            self.fleet, snap, status, self.backend.samples(status), failing=self.backend.failing()
+        )
         if tick:
             self.history.add_gpus({r.key: r.util for r in rows})
             for r in snap.replicas:
@@ -194,8 +198,9 @@ class ConsoleApp(App[None]):
                     r.id, r.ttft_p50_s, r.ttft_p99_s, r.e2e_p50_s, r.throughput_rps
                 )
         self.last_snapshot, self.last_status, self.last_rows = snap, status, rows
+        self.last_service = service(rows)
         self._draw()
-        now = watch(snap, status)
+        now = watch(snap, status, self.last_service, self._watch)
         for text, tone in alerts(self._watch, now):
             self.query_one(EventsPane).add((("alert ", Tone.DIM), (text, tone)), self.styles_now)
         self._watch = now
@@ -207,7 +212,7 @@ class ConsoleApp(App[None]):
             return
         modes = Modes(read_only=self.read_only, paused=self.paused, refresh_s=self.refresh_s)
         self.query_one(DashboardHeader).show(
-            header_lines(snap, status, modes), self.styles_now, force
+            header_lines(snap, status, modes, self.last_service), self.styles_now, force
         )
         feeds = {f.node: f for f in status.nodes}
         shown = select(self.last_rows, self.sort_mode, self.filter_text)
@@ -217,11 +222,14 @@ class ConsoleApp(App[None]):
             self.styles_now,
             force,
         )
-        where = f"filter “{self.filter_text}”  " if self.filter_text else ""
+        filtered = f"filter “{self.filter_text}”  " if self.filter_text else ""
         table.border_title = (
-            f"Fleet: {len(shown)}/{len(self.last_rows)} GPUs  {where}sort {self.sort_mode}"
+            f"Fleet: {len(shown)}/{len(self.last_rows)} GPUs  {filtered}sort {self.sort_mode}"
         )
-        self.query_one(ModelSummary).show(model_rows(snap.by_gpu_model), self.styles_now, force)
+        # Where to send requests stays in sight: the events pane's note of it scrolls away.
+        table.border_subtitle = where(self.backend.front_url, self.backend.admin_url)
+        up = up_by_model(snap, self.last_service)
+        self.query_one(ModelSummary).show(model_rows(snap.by_gpu_model, up), self.styles_now, force)
 
     # ---- router events (past tense) --------------------------------------------------------
 
@@ -318,9 +326,14 @@ class ConsoleApp(App[None]):
         # Built once and kept: composing and styling a new screen on each press was most of
         # the time from ``?`` to the help on screen.
         if not self.is_screen_installed(_HELP):
-            self.install_screen(
-                HelpScreen(self.keys, self.styles_now, read_only=self.read_only), _HELP
+            help_screen = HelpScreen(
+                self.keys,
+                self.styles_now,
+                read_only=self.read_only,
+                front_url=self.backend.front_url,
+                admin_url=self.backend.admin_url,
             )
+            self.install_screen(help_screen, _HELP)
         self.push_screen(_HELP)
 
     def _pick_strategy(self) -> None:
@@ -366,19 +379,15 @@ class ConsoleApp(App[None]):
     def _confirm_then_apply(self, action_id: str, replica: str, command: Command) -> None:
         """Destructive actions confirm with their impact; any action on stale data warns."""
         spec = BY_ID[action_id]
-        target = self._replica_snapshot(replica)
-        stale = self.replica_is_stale(replica)
-        if target is None or not (spec.confirm or stale):
+        if self._replica_snapshot(replica) is None or not (
+            spec.confirm or self.replica_is_stale(replica)
+        ):
             self.apply(command)
             return
-        running = self.backend.in_flight(replica)
-        snap = self.last_snapshot or self.backend.snapshot()
-        lines: list[tuple[Cell, ...]] = impact_lines(
-            impact(action_id, target, snap.replicas, running, stale=stale)
-        )
-        if not spec.confirm:
-            lines.append(((f"Apply {spec.title.lower()} anyway?", Tone.NORMAL),))
         title = f"{spec.title} {replica}?"
+
+        def body() -> list[tuple[Cell, ...]]:
+            return self._impact_lines(action_id, replica)
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -388,10 +397,29 @@ class ConsoleApp(App[None]):
 
         self.push_screen(
             ConfirmScreen(
-                title, lines, self.styles_now, confirm_label=spec.title, danger=spec.confirm
+                title,
+                body(),
+                self.styles_now,
+                confirm_label=spec.title,
+                danger=spec.confirm,
+                follow=(self.refreshed_signal, body),
             ),
             answered,
         )
+
+    def _impact_lines(self, action_id: str, replica: str) -> list[tuple[Cell, ...]]:
+        """What the action would do now (the confirmation's body, rebuilt at each refresh)."""
+        spec = BY_ID[action_id]
+        target = self._replica_snapshot(replica)
+        if target is None:
+            return [((f"no replica {replica!r}", Tone.BAD),)]
+        snap = self.last_snapshot or self.backend.snapshot()
+        running = self.backend.in_flight(replica)
+        stale = self.replica_is_stale(replica)
+        lines = impact_lines(impact(action_id, target, snap.replicas, running, stale=stale))
+        if not spec.confirm:
+            lines.append(((f"Apply {spec.title.lower()} anyway?", Tone.NORMAL),))
+        return lines
 
     def apply(self, command: Command) -> Event:
         """Through the control surface; the result is notified and the view redrawn."""
@@ -416,6 +444,7 @@ class ConsoleApp(App[None]):
     def _open_filter(self) -> None:
         box = self.query_one(FilterInput)
         box.add_class("-shown")
+        self.add_class("-filtering")  # toasts move up, off the box
         # Focus set now (``focus()`` defers it): the box, the table's dimmed cursor and the
         # footer's keys reach the screen together.
         self.screen.set_focus(box)
@@ -436,6 +465,7 @@ class ConsoleApp(App[None]):
             if message.clear:
                 box.value = ""  # the rows come back through filter_rows
             box.remove_class("-shown")
+            self.remove_class("-filtering")
             self.screen.set_focus(table)
 
     def _cycle_sort(self) -> None:

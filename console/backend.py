@@ -54,6 +54,10 @@ def _disabled() -> TelemetryStatus:
     return DISABLED
 
 
+def _none_failing() -> frozenset[str]:
+    return frozenset()
+
+
 @dataclass(slots=True)
 class ConsoleBackend:
     """The router as the console sees it."""
@@ -64,8 +68,12 @@ class ConsoleBackend:
     """The telemetry feed's status now; DISABLED when the router runs without one."""
     gpu_samples: Callable[[], Mapping[GpuKey, GpuSample]] | None = None
     """Latest per-GPU readings; by default, those carried in ``telemetry()``."""
+    failing: Callable[[], frozenset[str]] = _none_failing
+    """Replicas whose latest request or health check failed (the router's health monitor)."""
     front_url: str | None = None
     """The router's OpenAI-compatible front door, when it serves one."""
+    admin_url: str | None = None
+    """The router's admin API (what ``gpurouter ctl --admin`` takes), when it serves one."""
     host: RouterHost | None = None
     """Started when the console mounts and stopped when it exits."""
     actor: str = "console"

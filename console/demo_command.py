@@ -200,6 +200,7 @@ def demo_app(demo: Demo) -> ConsoleApp:
         server.control,
         telemetry=demo.telemetry,
         front_url=demo.front_url,
+        admin_url=demo.admin_url,
         notes=banner(demo),
         actor="demo-console",
     )

@@ -44,21 +44,29 @@ class LocalRouter:
         self.broker: EmbeddedBroker | None = None
         self.subscriber: TelemetrySubscriber | None = None
         self.notes: list[str] = []
+        self._backend: ConsoleBackend | None = None
 
     def telemetry(self) -> TelemetryStatus:
         return DISABLED if self.subscriber is None else self.subscriber.status()
 
     def backend(self) -> ConsoleBackend:
-        return ConsoleBackend(
-            self.server.core,
-            self.server.control,
-            telemetry=self.telemetry,
-            host=self,
-            notes=self.notes,
-        )
+        """The console's view of this router; its addresses are filled in when it starts."""
+        if self._backend is None:
+            self._backend = ConsoleBackend(
+                self.server.core,
+                self.server.control,
+                telemetry=self.telemetry,
+                failing=self.server.health.failing,
+                host=self,
+                notes=self.notes,
+            )
+        return self._backend
 
     async def start(self) -> None:
         await self.server.start()
+        # Known only now: a listener on port 0 has just been given its port.
+        backend = self.backend()
+        backend.front_url, backend.admin_url = self.server.front_url, self.server.admin_url
         self.notes.append(f"router serving {self.server.front_url} (admin {self.server.admin_url})")
         if self.want_telemetry:
             await self._start_telemetry()

@@ -7,11 +7,13 @@ with the console as actor, and show its result; a read-only console must refuse.
 from __future__ import annotations
 
 import gc
+import re
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
+from console.actions import BY_ID
 from console.app import GC_THRESHOLDS, ConsoleApp
 from console.messages import FilterClosed
 from console.screens.confirm import ConfirmScreen
@@ -136,6 +138,43 @@ async def test_preempt_by_key_frees_the_replica() -> None:
         assert r0.state is not ReplicaState.ACTIVE
         assert all(req.priority.name == "HIGH" for req in r0.running.values())
         assert rig.control.audit[-1].kind == "preempt"
+
+
+def _counts(text: str) -> tuple[int, int]:
+    """(re-queued, failed) as a preempt dialog or the router's result says them."""
+    said = re.search(r"preempted \d+ \((\d+) re-queued, (\d+) failed\)", text)
+    if said:
+        return int(said[1]), int(said[2])
+    requeued = re.search(r"(\d+) not answered yet: re-queued", text)
+    streaming = re.search(r"(\d+) already streaming", text)
+    return (int(requeued[1]) if requeued else 0, int(streaming[1]) if streaming else 0)
+
+
+async def test_the_preempt_dialog_counts_what_preempt_then_does() -> None:
+    """The dialog follows the router while it is open: work that finished and work that was
+    sent meanwhile are counted as preempt will count them; it says which priorities stop and
+    that the replica stays drained; what the router then reports is what it said."""
+    rig = loaded_rig(completed=0)
+    app = app_for(rig)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        before = confirm_text(app)
+        for a in [a for a in rig.core.running.values() if a.replica.id == "r0"]:
+            rig.core.complete(a)  # the queue sends r0 new work that has not answered yet
+        app.refresh_data()
+        await pilot.pause()
+        shown = confirm_text(app)
+        await pilot.press("y")
+        await pilot.pause()
+    result = rig.control.audit[-1].message
+    assert _counts(before) == (0, 2)
+    assert _counts(shown) == (1, 0) == _counts(result)
+    assert "3 high-priority keep running until done" in shown
+    assert "stays drained" in shown
+    assert rig.core.replica("r0").state is ReplicaState.DRAINING
+    assert "normal and low" in BY_ID["preempt"].description
+    assert "stays drained" in BY_ID["preempt"].description
 
 
 async def test_eject_and_readmit_by_key() -> None:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import argparse
 import io
+import socket
 from dataclasses import replace
 from pathlib import Path
+
+import httpx
 
 from console import console_command
 from console.app import ConsoleApp
 from console.router_host import LocalRouter
 from console.screens.confirm import ConfirmScreen
-from router.config.schema import ServerConfig
+from console.widgets.header import DashboardHeader
+from console.widgets.model_summary import ModelSummary
+from router.config.schema import FleetConfig, HealthConfig, ServerConfig
 from router.replica import ReplicaState
 from tests.fleet_factory import make_fleet
 
@@ -46,8 +51,58 @@ def test_cli_names_a_bad_key_binding_and_starts_nothing(tmp_path: Path) -> None:
         "console:\n  keys: {drian: x}\n"
     )
     err = io.StringIO()
-    args = argparse.Namespace(
-        config=str(path), theme=None, read_only=False, refresh=None, no_telemetry=True
-    )
+    parser = argparse.ArgumentParser()
+    console_command.add_arguments(parser)  # every flag's default, as the command line gives
+    args = parser.parse_args(["--config", str(path), "--no-telemetry"])
     assert console_command.run(args, io.StringIO(), err) == 2
     assert "console.keys.drian: no such action" in err.getvalue()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (the OS picked it free; it is closed again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fleet_with_nothing_behind() -> FleetConfig:
+    fleet = make_fleet()
+    node = fleet.nodes[0]
+    replicas = tuple(
+        replace(r, endpoint=f"http://127.0.0.1:{closed_port()}") for r in node.replicas
+    )
+    # No timer: the test runs the health checks itself, so nothing depends on time.
+    health = HealthConfig(check_interval_s=0.0, eject_after_failures=5)
+    return replace(
+        fleet,
+        nodes=(replace(node, replicas=replicas),),
+        router=replace(fleet.router, health=health),
+        server=ServerConfig(listen="127.0.0.1:0", admin_listen="127.0.0.1:0"),
+    )
+
+
+async def test_a_console_with_nothing_behind_the_endpoints_says_so_everywhere() -> None:
+    """As `gpurouter console` on a fleet file whose replicas were never started: once the
+    health checks have failed, every row says failing, the header says no replica is up,
+    the GPU-models pane counts none up, and /ready is 503."""
+    host = LocalRouter(fleet_with_nothing_behind(), telemetry=False)
+    app = ConsoleApp(host.backend(), auto_refresh=False)
+    await host.start()
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await host.server.health.check()
+            app.refresh_data()
+            await pilot.pause()
+            header = app.query_one(DashboardHeader).plain
+            models = app.query_one(ModelSummary).plain
+            states = {row.state for row in app.last_rows}
+            async with httpx.AsyncClient(base_url=host.server.front_url) as http:
+                ready = await http.get("/ready")
+    finally:
+        await host.stop()
+    assert states == {"failing"}
+    assert "imbalance — ✖ no replica up: 4 failing" in header
+    assert "excellent" not in header
+    assert [row[1] for row in models] == ["0/2", "0/2"]
+    assert [row[5] for row in models] == ["✖ none up", "✖ none up"]
+    assert ready.status_code == 503

@@ -21,13 +21,26 @@ Snap = Callable[..., bool]
 
 
 def dashboard(theme: str = "dark") -> ConsoleApp:
-    """A loaded fleet with fresh telemetry, one drained replica and a pinned weight."""
+    """A loaded fleet with fresh telemetry, one drained replica and a pinned weight, served
+    on the default addresses."""
     rig = loaded_rig()
     status = telemetry_for(rig)
     rig.backend.telemetry = lambda: status
+    rig.backend.front_url = "http://127.0.0.1:8000"
+    rig.backend.admin_url = "http://127.0.0.1:8001"
     rig.control.apply(SetWeight("r1", 2.5), actor="console")
     rig.control.apply(Drain("r3"), actor="console")
     return ConsoleApp(rig.backend, theme=theme, auto_refresh=False)
+
+
+def nothing_behind() -> ConsoleApp:
+    """`gpurouter console` before the replicas are started: every health check failed, and
+    one node's agent said offline."""
+    rig = loaded_rig(requests=0, completed=0)
+    status = telemetry_for(rig, offline=frozenset({"node-0"}))
+    rig.backend.telemetry = lambda: status
+    rig.backend.failing = lambda: frozenset({"r0", "r1", "r2", "r3"})
+    return ConsoleApp(rig.backend, auto_refresh=False)
 
 
 @pytest.mark.parametrize("theme", ["dark", "light"])
@@ -61,3 +74,28 @@ def test_filter_box_floats_above_the_footer(snap_compare: Snap) -> None:
     """The open filter box covers the panes' last rows, not the footer, and resizes nothing;
     the footer drops the keys that now type into the box."""
     assert snap_compare(dashboard(), press=["slash", "v", "1"], terminal_size=(80, 24))
+
+
+def test_preempt_confirmation_says_what_stops_and_that_it_stays_drained(snap_compare: Snap) -> None:
+    """Which requests are re-queued, which end with an error, which keep running, and that
+    the replica stays drained afterwards."""
+    assert snap_compare(dashboard(), press=["p"], terminal_size=(80, 24))
+
+
+def test_strategy_picker_marks_cursor_and_current_without_colour(snap_compare: Snap) -> None:
+    """▶ on the cursor's option, (current) on the running strategy; summaries wrap under
+    themselves."""
+    assert snap_compare(dashboard(), press=["s", "up"], terminal_size=(80, 24))
+
+
+def test_the_replica_column_stays_when_the_table_scrolls_right(snap_compare: Snap) -> None:
+    assert snap_compare(dashboard(), press=["right"] * 40, terminal_size=(80, 24))
+
+
+def test_paused_at_80_columns_says_so_in_the_header(snap_compare: Snap) -> None:
+    assert snap_compare(dashboard(), press=["space"], terminal_size=(80, 24))
+
+
+def test_a_console_with_nothing_behind_the_endpoints(snap_compare: Snap) -> None:
+    """Rows failing, the header's imbalance "no replica up", the GPU-models pane none up."""
+    assert snap_compare(nothing_behind(), terminal_size=(80, 24))

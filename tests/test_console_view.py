@@ -16,11 +16,12 @@ from console.view.format import Tone, bar, duration, sparkline, tokens
 from console.view.header import Modes, header_lines
 from console.view.impact import impact, impact_lines
 from console.view.models import LEGEND, model_rows
+from console.view.service import service, up_by_model
 from router.adaptive import TunerChange
 from router.errors import ConfigError
 from router.snapshot import ReplicaSnapshot
-from router.telemetry.status import DISABLED
-from tests.console_helpers import WALL, loaded_rig, telemetry_for
+from router.telemetry.status import DISABLED, BrokerState, NodeFeed, TelemetryStatus
+from tests.console_helpers import WALL, Rig, loaded_rig, telemetry_for
 
 
 def _text(line: tuple[tuple[str, Tone], ...]) -> str:
@@ -338,3 +339,78 @@ def test_value_dialog_parses_numbers_and_empty_means_release() -> None:
     assert parse_value("0", integer=True) == "must be at least 1"
     assert parse_value("-1", integer=False) == "must be a positive number"
     assert parse_value("x", integer=True) == "'x' is not a whole number"
+
+
+# ---- a fleet with nothing behind its endpoints ---------------------------------------------
+
+
+def _everything(rig: Rig, status: TelemetryStatus, failing: frozenset[str] = frozenset()) -> str:
+    """The header and the GPU-models pane as text, from the rows the table draws."""
+    snap = rig.core.snapshot()
+    rows = gpu_rows(rig.core.fleet, snap, status, samples_from(status), failing=failing)
+    s = service(rows)
+    header = "\n".join(_text(line) for line in header_lines(snap, status, Modes(), s))
+    models = "\n".join(
+        "  ".join(t for t, _ in row) for row in model_rows(snap.by_gpu_model, up_by_model(snap, s))
+    )
+    return f"{header}\n{models}"
+
+
+def test_an_all_offline_fleet_reads_as_such_in_the_header_and_the_models_pane() -> None:
+    """Every row says offline: the header says no replica is up (not "1.00 excellent") and
+    the GPU-models pane counts none up (not "Up 2/2")."""
+    rig = loaded_rig(requests=0, completed=0)
+    text = _everything(rig, telemetry_for(rig, offline=frozenset({"node-0"})))
+    assert "excellent" not in text
+    assert "imbalance — ✖ no replica up: 4 offline" in text
+    assert "A100-80GB  0/2" in text
+    assert "V100-32GB  0/2" in text
+    assert text.count("✖ none up") == 2
+
+
+def test_an_all_ejected_fleet_reads_as_such_in_the_header_and_the_models_pane() -> None:
+    rig = loaded_rig(requests=0, completed=0)
+    for r in ("r0", "r1", "r2", "r3"):
+        rig.core.eject(r)
+    text = _everything(rig, DISABLED)
+    assert "imbalance — ✖ no replica up: 4 ejected" in text
+    assert text.count("✖ none up") == 2
+
+
+def test_replicas_that_fail_their_health_checks_are_failing_not_active() -> None:
+    """In service as far as the router's state goes, but their latest request or probe
+    failed: their rows say so, and they do not count as up."""
+    rig = loaded_rig(requests=0, completed=0)
+    failing = frozenset({"r0", "r1", "r2", "r3"})
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), DISABLED, {}, failing=failing)
+    assert {r.state for r in rows} == {"failing"}
+    assert state_cell("failing") == ("✖ failing", Tone.BAD)
+    text = _everything(rig, DISABLED, failing)
+    assert "imbalance — ✖ no replica up: 4 failing" in text
+
+
+def test_a_partly_up_fleet_keeps_its_imbalance_figure_and_counts_its_up_replicas() -> None:
+    rig = loaded_rig(requests=0, completed=0)
+    rig.core.eject("r0")
+    text = _everything(rig, DISABLED, frozenset({"r2"}))
+    assert "imbalance 1.00 ✔ excellent" in text
+    assert "A100-80GB  1/2" in text
+    assert "V100-32GB  1/2" in text
+
+
+def test_a_node_whose_agent_was_never_heard_is_not_offline() -> None:
+    """`gpurouter emulate` runs no agents: replicas that answer are up, their rows show the
+    router's state with data age `never`, and the node reads `no agent`, not offline."""
+    rig = loaded_rig(requests=0, completed=0)
+    feed = NodeFeed("node-0", False, None, False, None, 0, 0, 0, 0)
+    status = TelemetryStatus(BrokerState.CONNECTED, "mqtt://127.0.0.1:1883", (feed,))
+    rows = gpu_rows(rig.core.fleet, rig.core.snapshot(), status, {})
+    assert {r.state for r in rows} == {"active"}
+    table = table_rows(rows, "node", lambda _: [], {"node-0": feed})
+    assert _cell(table[0].cells, "state") == ("◌ no agent", Tone.WARN)
+    assert {_cell(t.cells, "data")[0] for t in table} == {"never"}
+    text = _everything(rig, status)
+    assert "◌ 1 no agent" in text
+    assert "offline" not in text
+    assert "no replica up" not in text
+    assert "A100-80GB  2/2" in text

@@ -145,7 +145,7 @@ async def test_models_health_ready_and_metrics(server: RouterServer) -> None:
     assert [m.id for m in models.data] == [MODEL]
     async with httpx.AsyncClient(base_url=server.front_url) as http:
         assert (await http.get("/health")).status_code == 200
-        assert (await http.get("/ready")).json() == {"ready": True, "active": 2}
+        assert (await http.get("/ready")).json() == {"ready": True, "active": 2, "answering": 2}
         text = (await http.get("/metrics")).text
         server.control.apply(Drain("a"))
         server.control.apply(Drain("b"))
@@ -163,6 +163,39 @@ async def test_models_health_ready_and_metrics(server: RouterServer) -> None:
         'gpurouter_retries_total{replica="a"}',
     ):
         metric(text, name)
+
+
+async def test_ready_is_false_while_no_replica_answers_its_health_check() -> None:
+    """Replicas still in service (not yet ejected) whose servers are gone cannot take a
+    request: a failed health check each makes /ready 503; one answer makes it 200 again."""
+    health = HealthConfig(check_interval_s=0.0, eject_after_failures=5)
+    async with routed(SPECS, health=health) as (server, emu):
+        for spec in SPECS:
+            await emu.kill(spec.id)
+        await server.health.check()
+        async with httpx.AsyncClient(base_url=server.front_url) as http:
+            down = await http.get("/ready")
+            await emu.revive("b")
+            await server.health.check()
+            up = await http.get("/ready")
+    assert down.status_code == 503
+    assert down.json() == {"ready": False, "active": 2, "answering": 0}
+    assert up.json() == {"ready": True, "active": 2, "answering": 1}
+
+
+async def test_ready_is_false_once_every_replica_failed_its_last_request() -> None:
+    """Without health checks, the requests themselves tell: after one that every replica
+    failed (a 502 for the client), /ready is 503."""
+    async with routed(SPECS) as (server, emu):
+        for spec in SPECS:
+            await emu.kill(spec.id)
+        async with httpx.AsyncClient(base_url=server.front_url) as http:
+            body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+            failed = await http.post("/v1/completions", json=body)
+            ready = await http.get("/ready")
+    assert failed.status_code == 502
+    assert ready.status_code == 503
+    assert ready.json() == {"ready": False, "active": 2, "answering": 0}
 
 
 def total(text: str, name: str) -> float:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from console.view.fleet import agent_offline
 from console.view.format import Cell, Tone
+from console.view.service import Service
 from router.control import Event
 from router.snapshot import FleetSnapshot
 from router.telemetry.status import BrokerState, TelemetryStatus
@@ -33,6 +35,15 @@ def event_line(e: Event) -> tuple[Cell, ...]:
     )
 
 
+BAND_HOLD_S = 10.0
+"""How long the imbalance band must hold before its change is an alert. A fleet near a band's
+edge crosses it back and forth every few seconds; an alert each time filled the events pane
+(and the imbalance itself is over the last 10 s)."""
+
+_VERDICT = {"excellent": "ok", "good": "ok"}
+"""Excellent and good are both fine (the header's ✔): a move between them is no alert."""
+
+
 @dataclass(frozen=True, slots=True)
 class Watch:
     """What alerts compare between two refreshes."""
@@ -41,17 +52,46 @@ class Watch:
     stale: frozenset[str]
     offline: frozenset[str]
     band: str
+    """The imbalance band as alerts know it: a new band counts once it has held
+    (:func:`settle`)."""
     queue_full: bool
+    none_up: bool = False
+    """No replica can take a request (console/view/service.py)."""
+    at: float = 0.0
+    """The snapshot's time (the router's clock)."""
+    seen: str = ""
+    """The band in this snapshot, held or not."""
+    since: float = 0.0
+    """When ``seen`` was first seen in a row."""
 
 
-def watch(snap: FleetSnapshot, status: TelemetryStatus) -> Watch:
-    return Watch(
+def watch(
+    snap: FleetSnapshot,
+    status: TelemetryStatus,
+    service: Service | None = None,
+    before: Watch | None = None,
+) -> Watch:
+    now = Watch(
         broker=str(status.broker),
         stale=frozenset(n.node for n in status.nodes if n.online and n.stale),
-        offline=frozenset(n.node for n in status.nodes if not n.online),
+        offline=frozenset(n.node for n in status.nodes if agent_offline(n)),
         band=str(snap.band),
         queue_full=snap.queue.depth >= snap.queue.capacity,
+        none_up=service is not None and service.none_up,
+        at=snap.time,
     )
+    return settle(before, now)
+
+
+def settle(before: Watch | None, now: Watch) -> Watch:
+    """``now`` with its band debounced: the band ``now`` reads becomes the band alerts know
+    once it has been read for BAND_HOLD_S in a row."""
+    raw = now.band
+    if before is None:
+        return replace(now, seen=raw, since=now.at)
+    since = before.since if before.seen == raw else now.at
+    held = now.at - since >= BAND_HOLD_S
+    return replace(now, band=raw if held else before.band, seen=raw, since=since)
 
 
 def alerts(before: Watch | None, now: Watch) -> list[tuple[str, Tone]]:
@@ -68,9 +108,15 @@ def alerts(before: Watch | None, now: Watch) -> list[tuple[str, Tone]]:
         out.append((f"✖ {node}: agent offline", Tone.BAD))
     for node in sorted((before.stale | before.offline) - (now.stale | now.offline)):
         out.append((f"● {node}: telemetry fresh again", Tone.OK))
-    if now.band != before.band:
+    if _VERDICT.get(now.band, now.band) != _VERDICT.get(before.band, before.band):
         tone = Tone.BAD if now.band == "action" else Tone.WARN if now.band == "watch" else Tone.OK
         out.append((f"imbalance {before.band} → {now.band}", tone))
     if now.queue_full and not before.queue_full:
         out.append(("✖ admission queue full: new requests get 429", Tone.BAD))
+    if now.none_up != before.none_up:
+        out.append(
+            ("✖ no replica up: requests fail", Tone.BAD)
+            if now.none_up
+            else ("● a replica is up again", Tone.OK)
+        )
     return out

@@ -55,12 +55,21 @@ _STATE_SYMBOL = {
     "draining": ("◐", Tone.WARN),
     "drained": ("○", Tone.DIM),
     "ejected": ("✖", Tone.BAD),
+    "failing": ("✖", Tone.BAD),
     "offline": ("✖", Tone.BAD),
     "stale": ("⚠", Tone.WARN),
     "spare": ("·", Tone.DIM),
     "lost": ("✖", Tone.BAD),
 }
-_STATE_RANK = {"ejected": 0, "offline": 1, "lost": 2, "stale": 3, "draining": 4, "drained": 5}
+_STATE_RANK = {
+    "ejected": 0,
+    "failing": 1,
+    "offline": 2,
+    "lost": 3,
+    "stale": 4,
+    "draining": 5,
+    "drained": 6,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,8 @@ class GpuRow:
     gpu_model: str
     replica: str | None
     state: str
-    """Shown state: active, draining, drained, ejected, stale, offline, lost or spare."""
+    """Shown state: active, draining, drained, ejected, failing, stale, offline, lost or
+    spare."""
     util: float
     util_fresh: bool
     """From a fresh GPU reading; False: the router's own estimate."""
@@ -104,13 +114,20 @@ class GpuRow:
         return self.data_stale or self.state in ("stale", "offline")
 
 
-def shown_state(replica: ReplicaSnapshot | None, feed: NodeFeed | None) -> str:
-    """Operator states first (they were chosen); then what the data says; then active."""
+def shown_state(
+    replica: ReplicaSnapshot | None, feed: NodeFeed | None, failing: bool = False
+) -> str:
+    """Operator states first (they were chosen); then what the data says; then active.
+
+    ``failing``: in service, but its latest request or health check failed (the router's
+    health monitor), so it cannot be counted on to take a request before it is ejected."""
     if replica is None:
         return "spare"
     if replica.state == "ejected":
         return "ejected"
-    if feed is not None and not feed.online:
+    if failing and replica.state == "active":
+        return "failing"
+    if agent_offline(feed):
         return "offline"
     if replica.state != "active":
         return replica.state
@@ -119,13 +136,23 @@ def shown_state(replica: ReplicaSnapshot | None, feed: NodeFeed | None) -> str:
     return "active"
 
 
+def agent_offline(feed: NodeFeed | None) -> bool:
+    """The node's agent said offline (its will, or its clean exit). An agent never heard from
+    is not: the replicas may well serve (``gpurouter emulate`` runs no agents); its rows show
+    the router's state, with their data age ``never``."""
+    return feed is not None and not feed.online and feed.session is not None
+
+
 def gpu_rows(
     fleet: FleetConfig,
     snapshot: FleetSnapshot,
     status: TelemetryStatus,
     samples: Mapping[tuple[str, int], GpuSample],
+    *,
+    failing: frozenset[str] = frozenset(),
 ) -> list[GpuRow]:
-    """One row per GPU of the fleet file, in file order."""
+    """One row per GPU of the fleet file, in file order; ``failing``: the replicas whose
+    latest request or health check failed."""
     replicas = {r.id: r for r in snapshot.replicas}
     feeds = {f.node: f for f in status.nodes}
     rows = []
@@ -136,7 +163,8 @@ def gpu_rows(
             rid = owner.get(gpu.index)
             rep = replicas.get(rid) if rid is not None else None
             sample = samples.get((node.name, gpu.index))
-            rows.append(_row(node.name, gpu.index, gpu.model, rep, feed, sample))
+            down = rid is not None and rid in failing
+            rows.append(_row(node.name, gpu.index, gpu.model, rep, feed, sample, down))
     return rows
 
 
@@ -147,9 +175,10 @@ def _row(
     rep: ReplicaSnapshot | None,
     feed: NodeFeed | None,
     sample: GpuSample | None,
+    failing: bool,
 ) -> GpuRow:
     fresh_feed = feed is not None and not feed.stale and feed.online
-    state = shown_state(rep, feed)
+    state = shown_state(rep, feed, failing)
     if sample is not None and sample.lost:
         state = "lost"
     if fresh_feed and sample is not None and sample.gpu_util_pct is not None:
@@ -272,6 +301,8 @@ def _heading(node: str, members: Sequence[GpuRow], feed: NodeFeed | None) -> Tab
     replicas = len({r.replica for r in members if r.replica})
     if feed is None:
         status: Cell = ("no feed", Tone.DIM)
+    elif feed.session is None:
+        status = ("◌ no agent", Tone.WARN)
     elif not feed.online:
         status = ("✖ offline", Tone.BAD)
     elif feed.stale:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from console.view.format import Cell, Tone, duration, rate
+from console.view.service import Service, down_text
 from router.imbalance import Band
 from router.snapshot import FleetSnapshot
 from router.telemetry.status import BrokerState, TelemetryStatus
@@ -40,36 +41,39 @@ class Freshness:
     fresh: int
     stale: int
     offline: int
+    silent: int
+    """Nodes whose agent was never heard from."""
     oldest_age_s: float | None
     dropped: int
     lost: int
 
 
 def freshness(status: TelemetryStatus) -> Freshness:
-    offline = sum(1 for n in status.nodes if not n.online)
+    silent = sum(1 for n in status.nodes if n.session is None)
+    offline = sum(1 for n in status.nodes if not n.online and n.session is not None)
     stale = sum(1 for n in status.nodes if n.online and n.stale)
     ages = [n.age_s for n in status.nodes if n.age_s is not None]
     return Freshness(
         nodes=len(status.nodes),
-        fresh=len(status.nodes) - offline - stale,
+        fresh=len(status.nodes) - offline - stale - silent,
         stale=stale,
         offline=offline,
+        silent=silent,
         oldest_age_s=max(ages) if ages else None,
         dropped=status.dropped,
         lost=sum(n.lost_samples for n in status.nodes),
     )
 
 
-SEP: Cell = ("  │ ", Tone.DIM)
+SEP: Cell = (" │ ", Tone.DIM)
 
 
 def header_lines(
-    snap: FleetSnapshot, status: TelemetryStatus, modes: Modes
+    snap: FleetSnapshot, status: TelemetryStatus, modes: Modes, service: Service | None = None
 ) -> tuple[tuple[Cell, ...], ...]:
-    """Three lines of (text, tone) segments."""
+    """Three lines of (text, tone) segments; ``service`` as the fleet table's rows read."""
     q = snap.queue
     prio = ", ".join(f"{name} {n}" for name, n in q.by_priority.items() if n)
-    symbol, band_tone = BAND_LOOK[snap.band]
     line1: tuple[Cell, ...] = (
         (snap.cluster, Tone.ACCENT),
         SEP,
@@ -91,34 +95,49 @@ def header_lines(
         (str(snap.in_flight), Tone.NORMAL),
         SEP,
         ("imbalance ", Tone.DIM),
-        (f"{snap.imbalance_factor:.2f} {symbol} {snap.band}", band_tone),
+        _imbalance(snap, service),
     )
     return (line1, line2, _line3(status, modes))
 
 
+def _imbalance(snap: FleetSnapshot, service: Service | None) -> Cell:
+    if service is not None and service.none_up:
+        # With nothing up the factor is 1.0 by definition: "excellent" would be a lie.
+        return (f"— ✖ no replica up: {down_text(service)}", Tone.BAD)
+    symbol, tone = BAND_LOOK[snap.band]
+    return (f"{snap.imbalance_factor:.2f} {symbol} {snap.band}", tone)
+
+
 def _line3(status: TelemetryStatus, modes: Modes) -> tuple[Cell, ...]:
+    # The console's own modes come first: at 80 columns the end of this line is cut, and
+    # Space, + and - must show their effect.
+    cells: list[Cell] = [*_modes(modes), SEP]
     broker_text, broker_tone = BROKER_LOOK.get(status.broker, (str(status.broker), Tone.WARN))
-    cells: list[Cell] = [("broker ", Tone.DIM), (broker_text, broker_tone), SEP]
+    cells += [("broker ", Tone.DIM), (broker_text, broker_tone), SEP]
     if status.broker == BrokerState.DISABLED:
         cells.append(("telemetry off: utilization is the router's estimate (~)", Tone.DIM))
-    else:
-        f = freshness(status)
-        cells += [
-            ("telemetry ", Tone.DIM),
-            (f"{f.fresh}/{f.nodes} fresh", Tone.OK if f.fresh == f.nodes else Tone.NORMAL),
-        ]
-        if f.stale:
-            cells.append((f" ⚠ {f.stale} stale", Tone.WARN))
-        if f.offline:
-            cells.append((f" ✖ {f.offline} offline", Tone.BAD))
-        cells.append((f" oldest {duration(f.oldest_age_s)}", Tone.NORMAL))
-        drops = f.dropped + f.lost
-        cells.append((f" dropped {f.dropped} lost {f.lost}", Tone.WARN if drops else Tone.DIM))
-    cells.append(SEP)
-    if modes.read_only:
-        cells.append(("READ-ONLY ", Tone.WARN))
+        return tuple(cells)
+    f = freshness(status)
+    cells += [
+        ("telemetry ", Tone.DIM),
+        (f"{f.fresh}/{f.nodes} fresh", Tone.OK if f.fresh == f.nodes else Tone.NORMAL),
+    ]
+    if f.stale:
+        cells.append((f" ⚠ {f.stale} stale", Tone.WARN))
+    if f.offline:
+        cells.append((f" ✖ {f.offline} offline", Tone.BAD))
+    if f.silent:
+        cells.append((f" ◌ {f.silent} no agent", Tone.WARN))
+    cells.append((f" oldest {duration(f.oldest_age_s)}", Tone.NORMAL))
+    if f.dropped or f.lost:
+        cells.append((f" dropped {f.dropped} lost {f.lost}", Tone.WARN))
+    return tuple(cells)
+
+
+def _modes(modes: Modes) -> list[Cell]:
+    cells: list[Cell] = [("READ-ONLY ", Tone.WARN)] if modes.read_only else []
     if modes.paused:
         cells.append(("‖ paused", Tone.WARN))
     else:
         cells.append((f"↻ {modes.refresh_s:g}s", Tone.DIM))
-    return tuple(cells)
+    return cells

@@ -4,6 +4,12 @@ For drain, preempt and eject: how many requests run on the replica and at which 
 what happens to each (finishes there, re-queued, fails because it is already streaming), and
 where the replica's share of new work goes: the remaining active replicas in proportion to
 their effective weights, as the weighted strategies divide it.
+
+Preempt's counts follow ``RouterCore.preempt``: every request but the high-priority ones
+stops; one that has not answered yet (no first byte) is re-queued and re-run elsewhere, one
+already streaming ends with an error; the replica is left draining, then drained, until an
+operator undrains it. The confirmation redraws them at each refresh, so what it says when
+the operator answers is what the router then does.
 """
 
 from __future__ import annotations
@@ -69,18 +75,25 @@ def _outcome(action: str, running: Sequence[InFlight], include_high: bool) -> tu
             return ("nothing runs there: it stops taking work at once",)
         return (f"{n} in flight finish there; it takes no new work",)
     if action == "preempt":
-        victims = [r for r in running if include_high or r.priority != "high"]
-        streaming = sum(1 for r in victims if r.streaming)
-        kept = n - len(victims)
-        lines = []
-        if victims:
-            lines.append(f"{len(victims) - streaming} re-queued and re-run elsewhere")
-        if streaming:
-            lines.append(f"{streaming} already streaming: they end with an error")
-        if kept:
-            lines.append(f"{kept} high-priority keep running until done")
-        return tuple(lines) or ("nothing runs there: it stops taking work at once",)
+        return _preempted(running, include_high)
     return ()
+
+
+def _preempted(running: Sequence[InFlight], include_high: bool) -> tuple[str, ...]:
+    victims = [r for r in running if include_high or r.priority != "high"]
+    streaming = sum(1 for r in victims if r.streaming)
+    kept = len(running) - len(victims)
+    lines = []
+    if victims:
+        lines.append(f"{len(victims) - streaming} not answered yet: re-queued, re-run elsewhere")
+    if streaming:
+        lines.append(f"{streaming} already streaming: they end with an error")
+    if kept:
+        lines.append(f"{kept} high-priority keep running until done")
+    if not running:
+        lines.append("nothing runs there: it stops taking work at once")
+    lines.append("then it stays drained: no new work until undrained")
+    return tuple(lines)
 
 
 def _shares(replicas: Sequence[ReplicaSnapshot]) -> dict[str, float]:
@@ -123,6 +136,8 @@ def impact_lines(i: Impact) -> list[tuple[Cell, ...]]:
             (f" ({prio})" if prio else "", Tone.NORMAL),
         )
     )
+    if i.action == "preempt" and i.in_flight:
+        lines.append((("Its normal and low-priority work stops now:", Tone.DIM),))
     lines += [(("• ", Tone.DIM), (text, Tone.NORMAL)) for text in i.outcome]
     if i.recipients:
         lines.append(

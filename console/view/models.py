@@ -6,9 +6,9 @@ performance model's prior or the static weight)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from console.view.format import Cell, Tone, number, pct
+from console.view.format import NONE, Cell, Tone, number, pct
 from router.snapshot import GpuModelSummary
 
 UNDER = 0.8
@@ -25,10 +25,10 @@ HELP = (
 )
 
 
-def verdict(m: GpuModelSummary) -> Cell:
+def verdict(m: GpuModelSummary, up: int) -> Cell:
     """Words first: ``▼ under`` is a tier doing less than its share of learned capacity,
     ``▲ over`` more."""
-    if m.active == 0:
+    if up == 0:
         return ("✖ none up", Tone.BAD)
     if m.throughput_rps <= 0 or m.capacity_share <= 0:
         return ("· idle", Tone.DIM)
@@ -40,17 +40,22 @@ def verdict(m: GpuModelSummary) -> Cell:
     return ("= even", Tone.OK)
 
 
-def model_rows(summaries: Iterable[GpuModelSummary]) -> list[tuple[Cell, ...]]:
+def model_rows(
+    summaries: Iterable[GpuModelSummary], up: Mapping[str, int] | None = None
+) -> list[tuple[Cell, ...]]:
+    """One row per GPU model; ``up``: replicas up per model as the fleet table's rows read
+    (console/view/service.py), else those the router has in service."""
     out: list[tuple[Cell, ...]] = []
     for m in summaries:
+        n = m.active if up is None else up.get(m.gpu_model, 0)
         out.append(
             (
                 (m.gpu_model, Tone.ACCENT),
-                (f"{m.active}/{m.replicas}", Tone.NORMAL if m.active == m.replicas else Tone.WARN),
+                (f"{n}/{m.replicas}", Tone.NORMAL if n == m.replicas else Tone.WARN),
                 (pct(m.utilization), Tone.NORMAL),
                 (f"{pct(m.throughput_share)}/{pct(m.capacity_share)}", Tone.NORMAL),
-                (number(m.imbalance_factor), Tone.NORMAL),
-                verdict(m),
+                (number(m.imbalance_factor) if n else NONE, Tone.NORMAL if n else Tone.DIM),
+                verdict(m, n),
             )
         )
     return out

@@ -44,6 +44,8 @@ from console.widgets.tones import Styles
 PAD = 1
 """Blank cells either side of each column's text."""
 WIDTH = sum(c.width + 2 * PAD for c in COLUMNS)
+FIXED = COLUMNS[0].width + 2 * PAD
+"""The replica column stays put when the table scrolls right: a row is read by its replica."""
 HEADER_HEIGHT = 1
 
 
@@ -295,10 +297,7 @@ class FleetTable(SteadyScrollbars, can_focus=True):
             if index == self.cursor_row:
                 fill = self.get_component_rich_style("fleet-table--cursor")
                 line = self._under_cursor(line, fill)
-        end = scroll_x + width
-        if end > line.cell_length:
-            line = line.adjust_cell_length(end, fill)
-        return line.crop(scroll_x, end).apply_style(base)
+        return _scrolled(line, scroll_x, width, fill).apply_style(base)
 
     def _header(self, style: Style) -> Strip:
         kept = self._header_line
@@ -319,3 +318,14 @@ class FleetTable(SteadyScrollbars, can_focus=True):
         if kept is None or kept[0] is not line or kept[1] != style:
             kept = self._cursor_line = (line, style, over(line, style))
         return kept[2]
+
+
+def _scrolled(line: Strip, scroll_x: int, width: int, fill: Style | None) -> Strip:
+    """What shows of ``line`` scrolled ``scroll_x`` cells right in ``width`` cells: the fixed
+    column, then the rest from ``scroll_x`` on."""
+    end = scroll_x + width
+    if end > line.cell_length:
+        line = line.adjust_cell_length(end, fill)
+    if not scroll_x or width <= FIXED:
+        return line.crop(scroll_x, end)
+    return Strip.join([line.crop(0, FIXED), line.crop(FIXED + scroll_x, end)])

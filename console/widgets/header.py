@@ -12,6 +12,8 @@ class DashboardHeader(Static):
     def __init__(self) -> None:
         super().__init__("", id="header")
         self._last: tuple[tuple[Cell, ...], ...] | None = None
+        self.plain = ""
+        """What is shown, as plain text: for tests and export."""
 
     def show(
         self, lines: tuple[tuple[Cell, ...], ...], styles: Styles, force: bool = False
@@ -19,6 +21,7 @@ class DashboardHeader(Static):
         if lines == self._last and not force:
             return
         self._last = lines
+        self.plain = "\n".join("".join(t for t, _ in line) for line in lines)
         text = to_text((), styles)
         for i, line in enumerate(lines):
             if i:

@@ -11,7 +11,7 @@ from console.view.format import Cell, Tone, fit
 from console.view.models import HEADINGS, HELP, LEGEND
 from console.widgets.tones import Styles, to_text
 
-WIDTHS = (10, 3, 4, 7, 4, 8)
+WIDTHS = (10, 3, 4, 7, 4, 9)
 
 
 class ModelSummary(Static):
@@ -21,11 +21,14 @@ class ModelSummary(Static):
         self.border_subtitle = LEGEND
         self.tooltip = HELP
         self._last: Sequence[tuple[Cell, ...]] | None = None
+        self.plain: list[list[str]] = []
+        """The rows shown, cell by cell, as plain text: for tests and export."""
 
     def show(self, rows: Sequence[tuple[Cell, ...]], styles: Styles, force: bool = False) -> None:
         if rows == self._last and not force:
             return
         self._last = rows
+        self.plain = [[v for v, _ in row] for row in rows]
         head = tuple(
             (fit(h, w).ljust(w) + " ", Tone.DIM) for h, w in zip(HEADINGS, WIDTHS, strict=True)
         )

@@ -5,7 +5,7 @@
 | ``POST /v1/chat/completions``, ``POST /v1/completions`` | proxied to a replica (proxy.py) |
 | ``GET /v1/models`` | the fleet's models |
 | ``GET /health`` | 200 while the process serves |
-| ``GET /ready`` | 200 when at least one replica takes work, else 503 |
+| ``GET /ready`` | 200 while a replica in service answers (health.py), else 503 |
 | ``GET /metrics`` | Prometheus text (metrics.py) |
 
 Anything else is a 404 (or 405 for a known path with the wrong method) in OpenAI's error
@@ -23,7 +23,6 @@ from router.http.asgi import Receive, Scope, Send, send_bytes, send_error, send_
 from router.http.errors import HttpError
 from router.http.metrics import CONTENT_TYPE, RouterMetrics
 from router.http.proxy import Proxy
-from router.replica import ReplicaState
 
 __all__ = ["FrontDoor"]
 
@@ -82,8 +81,8 @@ class FrontDoor:
         await send_json(send, 200, {"status": "ok"})
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
-        active = sum(r.state is ReplicaState.ACTIVE for r in self.core.pool)
-        await send_json(send, 200 if active else 503, {"ready": active > 0, "active": active})
+        body = self.proxy.health.readiness()
+        await send_json(send, 200 if body["ready"] else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE.encode())

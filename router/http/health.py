@@ -13,6 +13,12 @@
 Only replicas this monitor ejected are readmitted by it: an operator's ejection stays until
 the operator readmits. Ejections are visible in the replica's state, in ``status()`` (the
 admin API's ``health`` section) and in the ``gpurouter_ejections_total`` metric.
+
+- **Answering**: ejection waits for several failures in a row, but the latest request or probe
+  already says whether a replica answers. A replica in service whose latest one failed cannot
+  be counted on to take a request, so ``/ready`` (``readiness()``) leaves it out: a router
+  with nothing behind its endpoints is not ready from the first failed probe, not only once
+  every replica has been ejected.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class HealthMonitor(CoreListener):
         """Replicas this monitor ejected and keeps out, by index."""
         self.ejections_total: Counter[tuple[str, str]] = Counter()
         """(replica id, cause) -> ejections, for metrics."""
+        self.answered: list[bool | None] = [None] * n
+        """Per replica index: whether its latest request or probe went well (None: none yet)."""
         self._in_row = [0] * n
         self._back_since = [0.0] * n
         self._probing: set[int] = set()
@@ -76,10 +84,12 @@ class HealthMonitor(CoreListener):
 
     def success(self, replica: Replica) -> None:
         self.failures[replica.index] = 0
+        self.answered[replica.index] = True
 
     def failure(self, replica: Replica, reason: str) -> None:
         i = replica.index
         self.failures[i] += 1
+        self.answered[i] = False
         limit = self.config.eject_after_failures
         if limit and self.failures[i] >= limit and replica.state is ReplicaState.ACTIVE:
             self._eject(
@@ -144,17 +154,26 @@ class HealthMonitor(CoreListener):
     async def round(self) -> None:
         """One pass: probe replicas whose ejection ended, and (when due) the ones in service."""
         now = self.clock()
-        jobs = [self._readmit_probe(i) for i, e in self.ejections.items() if e.until <= now]
+        jobs: list[Awaitable[None]] = [
+            self._readmit_probe(i) for i, e in self.ejections.items() if e.until <= now
+        ]
         interval = self.config.check_interval_s
         if interval > 0 and now >= self._next_check:
             self._next_check = now + interval
-            jobs += [
-                self._check(r)
-                for r in self.core.pool
-                if r.state is not ReplicaState.EJECTED and r.index not in self.ejections
-            ]
+            jobs += self._checks()
         if jobs:
             await asyncio.gather(*jobs)
+
+    async def check(self) -> None:
+        """Probe every replica in service now, whatever the interval."""
+        await asyncio.gather(*self._checks())
+
+    def _checks(self) -> list[Awaitable[None]]:
+        return [
+            self._check(r)
+            for r in self.core.pool
+            if r.state is not ReplicaState.EJECTED and r.index not in self.ejections
+        ]
 
     def _url(self, r: Replica) -> str:
         return r.config.endpoint.rstrip("/") + self.config.check_path
@@ -176,6 +195,7 @@ class HealthMonitor(CoreListener):
         ejection = self.ejections.get(i)
         if ejection is None or r.state is not ReplicaState.EJECTED:
             return  # readmitted by an operator meanwhile
+        self.answered[i] = problem is None
         if problem is None:
             with contextlib.suppress(ControlError):
                 self.core.readmit(r.id)
@@ -188,10 +208,11 @@ class HealthMonitor(CoreListener):
     async def _check(self, r: Replica) -> None:
         problem = await self._ask(r)
         i = r.index
+        if problem == "a probe is already running":
+            return
+        self.answered[i] = problem is None
         if problem is None:
             self.probe_failures[i] = 0
-            return
-        if problem == "a probe is already running":
             return
         self.probe_failures[i] += 1
         limit = self.config.eject_after_failures
@@ -202,6 +223,21 @@ class HealthMonitor(CoreListener):
 
     # ---- for readers ----------------------------------------------------------------------
 
+    def answering(self, r: Replica) -> bool:
+        """In service, and its latest request or probe, if any, went well."""
+        return r.state is ReplicaState.ACTIVE and self.answered[r.index] is not False
+
+    def failing(self) -> frozenset[str]:
+        """Replicas whose latest request or probe failed, whatever their state."""
+        return frozenset(r.id for r in self.core.pool if self.answered[r.index] is False)
+
+    def readiness(self) -> dict[str, object]:
+        """``/ready``'s answer: ready while at least one replica in service answers."""
+        pool = self.core.pool
+        active = sum(r.state is ReplicaState.ACTIVE for r in pool)
+        answering = sum(self.answering(r) for r in pool)
+        return {"ready": answering > 0, "active": active, "answering": answering}
+
     def status(self) -> dict[str, object]:
         """Per replica: failures in a row, and the ejection if this monitor holds one."""
         now = self.clock()
@@ -211,6 +247,7 @@ class HealthMonitor(CoreListener):
             out[r.id] = {
                 "failures_in_row": self.failures[r.index],
                 "failed_checks_in_row": self.probe_failures[r.index],
+                "answered": self.answered[r.index],
                 "ejection": None
                 if e is None
                 else {
