@@ -4,22 +4,30 @@ Every load-aware strategy, the tuners, the imbalance factor and the console read
 per replica: its *service rate* (units of request cost it completes per second when it has all
 the work it can run at once) and its *KV capacity* (tokens its cache holds).
 
-Service rate. The prior comes from the performance model for the replica's GPU and served
-model at the workload's mix as the router sees it (router/capacity_prior.py: the stepped
-engine model, run closed-loop at a grid of concurrencies).
-It is refined from the router's own accounting: an engine that runs ``c`` requests at once
-completes ``rate * efficiency(c)`` per second, where ``efficiency(c)`` is the performance
-model's throughput at ``c`` over its throughput at saturation (a continuously batching engine
-does little more than one request's work per step at ``c = 1``, its full rate once its batch
-or its KV cache is full). So the router integrates ``efficiency(in flight)`` over time and
-divides the work it saw complete by it: the rate at saturation, measured at whatever
-concurrency the replica actually ran, without having to drive it to saturation. Both sums
-decay with a time constant (``TAU_S``) so the figure follows a replica that changes while
-staying steady under steady load. The measured rate takes over from the prior as completions
-accumulate (half-way at ``PRIOR_COMPLETIONS``); a card too little used to measure keeps its
-prior. Where the performance model does not know the card or the model, the efficiency is 1
-at any concurrency (the rate at the concurrency it ran: a plain measurement) and the prior is
-the replica's static weight times the fleet's rate per unit of weight.
+Service rate. The prior is the performance model's saturation rate for the replica's GPU
+and served model, run on the lengths of the requests the router has seen
+(router/capacity_prior.py: the stepped engine model, closed-loop at a grid of concurrencies).
+It is refined from the router's own accounting. An engine that runs ``c`` requests at once
+completes ``rate * efficiency(c)`` per second, ``efficiency(c)`` being the model's throughput
+at ``c`` over its throughput at saturation; so each request progresses at
+``rate * efficiency(c) / c``. The replica integrates ``efficiency(c) / c`` over time, each
+request is stamped with the integral when it starts, and when it completes its work and the
+share it had over its life are summed: work over shares is the rate at saturation, measured
+at whatever concurrency the replica ran, and a long request weighs in both sums, so the
+lengths' spread cancels. Both sums decay with ``TAU_S``.
+
+The efficiency curve is the one for the lengths the replica itself served (a strategy that
+sorts by size sends a slow card the short requests, which it batches far better than the
+fleet's mix), and the rate so measured is carried to the fleet's mix by the model's ratio
+between the two. The measured rate takes over from the prior as its evidence grows (the
+decayed sum of shares: seconds at saturation it covers; half-way at ``EVIDENCE_S``), so a card
+too little used to measure keeps its prior. The published figure follows through a low-pass
+filter (``SMOOTH_S``). Where the performance model does not know the card or the model, the
+efficiency is 1 at any concurrency (the rate at the concurrency it ran: a plain measurement)
+and the prior is the replica's static weight times the fleet's rate per unit of weight.
+
+Model runs take a tenth of a second or more: the live router does them on a worker thread
+(``ThreadFitter``) and keeps the prior it has until one is back.
 
 KV capacity: the engine's own figure from its /metrics (vLLM's ``vllm:cache_config_info``)
 where it gives one, else the fleet file's ``kv_capacity_tokens``, else the performance
@@ -37,11 +45,12 @@ weight times the rate per unit of weight of the replicas left to learn.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from router.capacity_prior import throughput_curve
+from router.capacity_prior import Curve, Fitter, InlineFitter, Pending, throughput_curve
 from router.config.schema import FleetConfig, ReplicaConfig
 from router.errors import GpuRouterError
 from router.perf.model import Deployment, WorkloadMix
@@ -52,8 +61,15 @@ TAU_S = 60.0
 """Time constant of the measured rate: long enough that a steady load gives a steady figure
 (one interval to the next moves it by a few percent), short enough to follow a replica that
 slows down within a couple of minutes."""
-PRIOR_COMPLETIONS = 20.0
-"""Recent completions at which the measured rate and the prior count equally."""
+EVIDENCE_S = 10.0
+"""Evidence at which the measured rate and the prior count equally: seconds of the engine at
+saturation that the measurement covers (decayed). A card run at a twentieth of its
+saturation rate gathers it twenty times slower than a full one: its measurement is an
+extrapolation twenty times over, and its calibrated prior says more."""
+OWN_FIT = 50
+"""Completions on a replica before the model is run on the lengths it served."""
+SMOOTH_S = 15.0
+"""Time constant of the low-pass filter on each published estimate."""
 REFRESH_S = 1.0
 """How often estimates are recomputed and pushed to the strategies."""
 MIX_MOVE = 0.1
@@ -61,7 +77,12 @@ MIX_MOVE = 0.1
 CHANGE = 0.01
 """Relative change of a replica's speed that is pushed to the strategies' indexes."""
 DEFAULT_MIX = WorkloadMix(prompt_tokens=512.0, output_tokens=256.0)
-"""The request shape assumed before any request has completed."""
+"""The request shape assumed before any request has completed (lognormal, medians at 60% of
+these means: a typical chat trace's skew)."""
+SAMPLE = 512
+"""Recent requests' lengths the performance model is run on."""
+MIN_SAMPLE = 50
+"""Completions before the model is run on the lengths seen rather than the default shape."""
 DEFAULT_RATE_PER_WEIGHT = 1000.0
 """Cost units per second per unit of weight assumed while no replica's rate is known at all
 (only ratios between replicas matter then)."""
@@ -106,20 +127,27 @@ class CapacityEstimate:
     """Age of the engine reading the KV figure came from (None for the fleet file or prior)."""
 
 
-class MixTracker:
-    """The fleet's request shape, from completed requests: decaying means of the lengths and
-    of their logarithms (a lognormal fit: median ``exp(mean log)``, and the mean)."""
+@dataclass(frozen=True, slots=True)
+class FitPoint:
+    """The shape and count of requests the model was last run on."""
 
-    __slots__ = ("cost", "log_output", "log_prompt", "output", "prompt", "weight")
+    mix: WorkloadMix
+    count: int
+
+
+class MixTracker:
+    """A request shape, from completed requests: decaying means of the lengths and cost, and
+    the most recent lengths themselves (what the performance model is run on)."""
+
+    __slots__ = ("cost", "count", "output", "prompt", "recent", "weight")
 
     def __init__(self) -> None:
         self.prompt = DEFAULT_MIX.prompt_tokens
         self.output = DEFAULT_MIX.output_tokens
-        # Until requests complete: medians at 60% of the means, a typical chat-trace skew.
-        self.log_prompt = math.log(0.6 * self.prompt)
-        self.log_output = math.log(0.6 * self.output)
         self.cost = 0.0
         self.weight = 0.0
+        self.count = 0
+        self.recent: deque[tuple[int, int]] = deque(maxlen=SAMPLE)
 
     def add(self, prompt_tokens: int, output_tokens: int, cost: float) -> None:
         # The first completions move the means quickly, later ones by 1/1000 each.
@@ -128,23 +156,28 @@ class MixTracker:
         p, o = max(1, prompt_tokens), max(1, output_tokens)
         self.prompt += k * (p - self.prompt)
         self.output += k * (o - self.output)
-        self.log_prompt += k * (math.log(p) - self.log_prompt)
-        self.log_output += k * (math.log(o) - self.log_output)
         self.cost += k * (cost - self.cost) if self.cost else cost
+        self.recent.append((p, o))
+        self.count += 1
+
+    def refit_due(self, last: FitPoint | None, first_at: int) -> bool:
+        """Whether to run the model again on these lengths: first at ``first_at``
+        completions, then when the mean shape has moved and enough new requests came in to
+        say so (as many as at the last fit, at most half a sample), which keeps the model
+        runs (a tenth of a second or more each) to a handful per replica."""
+        if self.count < first_at:
+            return False
+        if last is None:
+            return True
+        new = self.count - last.count
+        return new >= min(last.count, SAMPLE // 2) and _moved(self.mix, last.mix)
+
+    def point(self) -> FitPoint:
+        return FitPoint(self.mix, self.count)
 
     @property
     def mix(self) -> WorkloadMix:
         return WorkloadMix(max(self.prompt, 0.0), max(self.output, 1.0))
-
-    @property
-    def prompt_median_mean(self) -> tuple[float, float]:
-        median = math.exp(self.log_prompt)
-        return median, max(median, self.prompt)
-
-    @property
-    def output_median_mean(self) -> tuple[float, float]:
-        median = math.exp(self.log_output)
-        return median, max(median, self.output)
 
     def mean_cost(self, prompt_factor: float) -> float:
         """Mean cost of a request; before any completion, the default mix's."""
@@ -157,33 +190,79 @@ class Prior:
     """What the performance model says of one replica at a request mix
     (router/capacity_prior.py): its saturation rate and its efficiency at each concurrency."""
 
-    __slots__ = ("deployment", "efficiency", "kv_tokens", "rps")
+    __slots__ = ("cost", "deployment", "efficiency", "kv_tokens", "rps")
 
-    def __init__(self, deployment: Deployment | None, mix: MixTracker) -> None:
+    def __init__(self, deployment: Deployment | None, curve: Curve | None, cost: float) -> None:
         self.deployment = deployment
         self.kv_tokens = None if deployment is None else deployment.kv_capacity_tokens
         self.rps: float | None = None
         self.efficiency: Sequence[float] = (0.0, 1.0)
-        if deployment is not None:
-            curve = throughput_curve(deployment, mix.prompt_median_mean, mix.output_median_mean)
-            if curve is not None:
-                self.rps, self.efficiency = curve
+        self.cost = cost
+        """Mean cost of the requests the model was run on."""
+        if curve is not None:
+            self.rps, self.efficiency = curve
+
+    @property
+    def rate(self) -> float | None:
+        """Cost units per second at saturation on the mix it was run on."""
+        return None if self.rps is None else self.rps * self.cost
 
     def efficiency_at(self, concurrency: int) -> float:
         eff = self.efficiency
         return eff[concurrency] if concurrency < len(eff) else eff[-1]
 
 
-class ReplicaCapacity:
-    """One replica's accumulators and prior. ``advance`` must be called just before the
-    replica's number of requests in flight changes, so each stretch of time is counted at
-    the concurrency it ran at."""
+class Refit:
+    """A model run asked for on a frozen sample of lengths, taken up when it is ready (the
+    live router runs them off the event loop: router/capacity_prior.py's ``ThreadFitter``)."""
 
-    __slots__ = ("_eff_time", "_last_completion", "_stamp", "_work", "completions", "prior")
+    __slots__ = ("cost", "lengths", "point")
+
+    def __init__(self, mix: MixTracker, prompt_factor: float) -> None:
+        self.point = mix.point()
+        self.lengths = tuple(mix.recent)
+        self.cost = mix.mean_cost(prompt_factor)
+
+    def prior(self, deployment: Deployment, fitter: Fitter) -> Prior | None:
+        """The prior, or None while the run is under way."""
+        curve = fitter.curve(deployment, self.lengths)
+        if isinstance(curve, Pending):
+            return None
+        return Prior(deployment, curve, self.cost)
+
+
+class ReplicaCapacity:
+    """One replica's accumulators, its prior at the fleet's mix and the model at the mix it
+    actually serves. ``advance`` must be called just before the replica's number of requests
+    in flight changes, so each stretch of time is counted at the concurrency it ran at."""
+
+    __slots__ = (
+        "_last_completion",
+        "_own_at_fit",
+        "_own_refit",
+        "_share",
+        "_shares",
+        "_stamp",
+        "_work",
+        "completions",
+        "own",
+        "own_prior",
+        "prior",
+    )
 
     def __init__(self, prior: Prior) -> None:
         self.prior = prior
-        self._eff_time = 0.0
+        self.own = MixTracker()
+        """The lengths this replica completed: a strategy that sorts by size sends a slow
+        card the short requests, a mix the fleet's figure says nothing of."""
+        self.own_prior: Prior | None = None
+        """The model at ``own`` (None until enough completions to fit it)."""
+        self._own_at_fit: FitPoint | None = None
+        self._own_refit: Refit | None = None
+        self._share = 0.0
+        """Integral over time of efficiency(c) / c, c the requests in flight: the share of
+        the engine's saturation rate one request gets, summed (never decays; marks differ)."""
+        self._shares = 0.0
         self._work = 0.0
         self.completions = 0.0
         self._stamp: float | None = None
@@ -191,29 +270,88 @@ class ReplicaCapacity:
 
     def advance(self, in_flight: int, now: float) -> None:
         stamp, self._stamp = self._stamp, now
-        if stamp is None or now <= stamp:
+        if stamp is None or now <= stamp or not in_flight:
             return
-        dt = now - stamp
-        decay = math.exp(-dt / TAU_S)
-        self._work *= decay
-        self.completions *= decay
-        # Exact integral of a constant efficiency over dt under exponential decay.
-        eff = self.prior.efficiency_at(in_flight) if in_flight else 0.0
-        self._eff_time = self._eff_time * decay + eff * TAU_S * (1.0 - decay)
+        # Each of the requests in flight progresses at its share of the engine's throughput.
+        self._share += self._model().efficiency_at(in_flight) / in_flight * (now - stamp)
 
-    def completed(self, cost: float, now: float) -> None:
-        self._work += cost
-        self.completions += 1.0
-        self._last_completion = now
+    def share_mark(self) -> float:
+        """Where the share integral stands: stamped on a request when it starts, so that its
+        modelled share of the engine over its whole life is known when it completes."""
+        return self._share
+
+    def completed(
+        self, prompt_tokens: int, output_tokens: int, cost: float, mark: float, now: float
+    ) -> None:
+        last, self._last_completion = self._last_completion, now
+        decay = 1.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
+        self._work = self._work * decay + cost
+        self._shares = self._shares * decay + max(self._share - mark, 0.0)
+        self.completions = self.completions * decay + 1.0
+        self.own.add(prompt_tokens, output_tokens, cost)
 
     def measured(self) -> float | None:
-        """Cost units per second at saturation, from accounting alone."""
-        if self._eff_time <= 0 or self.completions < 1.0:
+        """Cost units per second at saturation on the mix this replica served, from
+        accounting alone: the work its requests did over the model's share of the engine
+        each had during its own life (a long request weighs in both, so the lengths' spread
+        cancels instead of adding noise)."""
+        if self._shares <= 0 or self.completions < 1.0:
             return None
-        return self._work / self._eff_time
+        return self._work / self._shares
+
+    def fitted(self) -> bool:
+        """Whether the model at this replica's own mix is there to read its accounting by."""
+        return self.own_prior is not None
+
+    def recent_completions(self, now: float) -> float:
+        """Completions behind the measurement, decayed to ``now``."""
+        return self.completions * self._decay_to(now)
+
+    def evidence(self, now: float) -> float:
+        """Seconds at saturation the measurement covers, decayed to ``now``."""
+        return self._shares * self._decay_to(now)
+
+    def _decay_to(self, now: float) -> float:
+        last = self._last_completion
+        return 0.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
+
+    def at_fleet_mix(self, measured: float) -> float:
+        """A rate measured on this replica's own mix, carried to the fleet's mix by the
+        model's ratio between the two (the card's speed from the measurement, how its
+        throughput depends on the lengths from the model)."""
+        own, fleet = self.own_prior, self.prior.rate
+        if own is None or own.rate is None or fleet is None:
+            return measured
+        return measured * fleet / own.rate
+
+    def refit_own(
+        self, deployment: Deployment | None, fitter: Fitter, prompt_factor: float
+    ) -> None:
+        """Run the model on the lengths this replica served, once it has served enough to
+        say, and again when they change."""
+        if deployment is None:
+            return
+        if self._own_refit is None:
+            if not self.own.refit_due(self._own_at_fit, OWN_FIT):
+                return
+            self._own_refit = Refit(self.own, prompt_factor)
+        prior = self._own_refit.prior(deployment, fitter)
+        if prior is None:
+            return
+        first = self._own_at_fit is None
+        self._own_at_fit, self._own_refit = self._own_refit.point, None
+        self.own_prior = prior
+        if first:
+            # Shares so far were counted on the fleet's curve, which can be far from this
+            # replica's (a slow card sent only short requests batches many more of them).
+            self._work = self._shares = self.completions = 0.0
 
     def last_completion(self) -> float | None:
         return self._last_completion
+
+    def _model(self) -> Prior:
+        own = self.own_prior
+        return own if own is not None and own.rps is not None else self.prior
 
 
 class FleetCapacity:
@@ -228,11 +366,18 @@ class FleetCapacity:
     ) -> None:
         self.catalog = catalog if catalog is not None else _catalog(fleet)
         self.prompt_factor = prompt_factor
+        self.fitter: Fitter = InlineFitter()
+        """Runs the performance model; the live router swaps in a ``ThreadFitter``."""
         self.mix = MixTracker()
-        self._mix_at_fit = self.mix.mix
+        self._mix_at_fit: FitPoint | None = None
+        self._mix_refit: Refit | None = None
         self._replicas = list(replicas)
         self._deployments = [_deployment(r.config, self.catalog) for r in self._replicas]
-        self.per_replica = [ReplicaCapacity(Prior(d, self.mix)) for d in self._deployments]
+        cost = self.mix.mean_cost(prompt_factor)
+        self.per_replica = [ReplicaCapacity(_default_prior(d, cost)) for d in self._deployments]
+        self._fleet_cost = cost
+        """Mean request cost of the mix the fleet's priors were last run on."""
+        self._smoothed: list[float | None] = [None] * len(self._replicas)
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
@@ -248,10 +393,22 @@ class FleetCapacity:
     def advance(self, r: Replica, now: float) -> None:
         self.per_replica[r.index].advance(r.in_flight, now)
 
+    def share_mark(self, r: Replica) -> float:
+        """The mark to stamp on a request starting on ``r`` (after ``advance``)."""
+        return self.per_replica[r.index].share_mark()
+
     def completed(
-        self, r: Replica, prompt_tokens: int, output_tokens: int, cost: float, now: float
+        self,
+        r: Replica,
+        lengths: tuple[int, int],
+        cost: float,
+        mark: float,
+        now: float,
     ) -> None:
-        self.per_replica[r.index].completed(cost, now)
+        """A request started at ``mark`` completed on ``r`` with these (prompt, output)
+        lengths."""
+        prompt_tokens, output_tokens = lengths
+        self.per_replica[r.index].completed(prompt_tokens, output_tokens, cost, mark, now)
         self.mix.add(prompt_tokens, output_tokens, cost)
 
     # ---- estimates ---------------------------------------------------------------------
@@ -261,13 +418,16 @@ class FleetCapacity:
 
     def refresh(self, now: float) -> list[Replica]:
         """Recompute every replica's speed and KV limit; the replicas whose figures moved."""
-        self._last_refresh = now
+        last, self._last_refresh = self._last_refresh, now
+        k = 1.0 if last is None else 1.0 - math.exp(-max(now - last, 0.0) / SMOOTH_S)
         self._refit_if_mix_moved()
+        for acc, d in zip(self.per_replica, self._deployments, strict=True):
+            acc.refit_own(d, self.fitter, self.prompt_factor)
         self._known_unit = self._unit_from_known()
-        self.calibration = self._calibrate()
+        self.calibration = self._calibrate(now)
         for r in self._replicas:
             self.per_replica[r.index].advance(r.in_flight, now)
-        rates = [self._rate(i) for i in range(len(self._replicas))]
+        rates = [self._smooth(i, self._rate(i, now), k) for i in range(len(self._replicas))]
         self.unit_rate = _unit_rate(self._replicas, rates)
         changed = []
         for r, (rate, _) in zip(self._replicas, rates, strict=True):
@@ -282,40 +442,61 @@ class FleetCapacity:
 
     def estimate(self, r: Replica, now: float) -> CapacityEstimate:
         acc = self.per_replica[r.index]
-        rate, source = self._rate(r.index)
+        source = self._rate(r.index, now)[1]
+        rate = self._smoothed[r.index] or self._rate(r.index, now)[0]
         if r.weight_pinned:
             rate, source = r.weight * self.unit_rate, Source.OPERATOR
         kv, kv_source, kv_age = self._kv(r, now)
         last = acc.last_completion()
-        mean_cost = self.mix.mean_cost(self.prompt_factor)
         return CapacityEstimate(
             rate=rate,
-            rps=rate / mean_cost,
+            rps=self.rps(rate),
             rate_source=source,
             rate_age_s=None if last is None else now - last,
             prior_rate=self._prior_rate(r.index),
-            measured_rate=acc.measured(),
-            completions=acc.completions,
+            measured_rate=self._measured(r.index),
+            completions=acc.recent_completions(now),
             kv_tokens=kv,
             kv_source=kv_source,
             kv_age_s=kv_age,
         )
 
     def rps(self, rate: float) -> float:
-        """A rate in cost units per second, in requests per second at the mean request."""
-        return rate / self.mix.mean_cost(self.prompt_factor)
+        """A rate in cost units per second, in requests per second at the mean request of the
+        mix the rates are at (the one the fleet's priors were last run on)."""
+        return rate / self._fleet_cost
 
     # ---- internals -----------------------------------------------------------------------
 
-    def _rate(self, i: int) -> tuple[float, Source]:
+    def _rate(self, i: int, now: float) -> tuple[float, Source]:
         acc = self.per_replica[i]
         prior = self._prior_rate(i)
-        measured = acc.measured()
+        measured = self._measured(i)
         if measured is None:
             return prior, Source.PRIOR
-        w = acc.completions / (acc.completions + PRIOR_COMPLETIONS)
+        evidence = acc.evidence(now)
+        w = evidence / (evidence + EVIDENCE_S)
         source = Source.MEASURED if w >= 0.5 else Source.PRIOR
         return w * measured + (1.0 - w) * prior, source
+
+    def _smooth(self, i: int, target: tuple[float, Source], k: float) -> tuple[float, Source]:
+        """Follow the estimate through a low-pass filter (``k``: the share of the gap closed
+        since the last refresh): a new model run or a burst of long requests moves the raw
+        figure in a step, and every strategy would re-rank on it."""
+        rate, source = target
+        last = self._smoothed[i]
+        if last is not None:
+            rate = last + k * (rate - last)
+        self._smoothed[i] = rate
+        return rate, source
+
+    def _measured(self, i: int) -> float | None:
+        """Replica ``i``'s measured rate at the fleet's mix (cost units per second)."""
+        acc = self.per_replica[i]
+        measured = acc.measured()
+        if measured is None or (self._deployments[i] is not None and not acc.fitted()):
+            return None
+        return acc.at_fleet_mix(measured)
 
     def _prior_rate(self, i: int) -> float:
         return self.calibration * self._model_rate(i)
@@ -323,17 +504,17 @@ class FleetCapacity:
     def _model_rate(self, i: int) -> float:
         """What the performance model alone says (the static weight stands in where the model
         does not know the card)."""
-        rps = self.per_replica[i].prior.rps
-        if rps is not None:
-            return rps * self.mix.mean_cost(self.prompt_factor)
+        rate = self.per_replica[i].prior.rate
+        if rate is not None:
+            return rate
         return self._replicas[i].config.weight * self._known_unit
 
-    def _calibrate(self) -> float:
+    def _calibrate(self, now: float) -> float:
         ratios = sorted(
             measured / self._model_rate(i)
             for i, acc in enumerate(self.per_replica)
-            if acc.completions >= PRIOR_COMPLETIONS
-            and (measured := acc.measured()) is not None
+            if acc.evidence(now) >= EVIDENCE_S
+            and (measured := self._measured(i)) is not None
             and self._model_rate(i) > 0
         )
         if not ratios:
@@ -344,14 +525,13 @@ class FleetCapacity:
     def _unit_from_known(self) -> float:
         """Rate per unit of weight over the replicas the performance model knows."""
         known = [
-            (acc.prior.rps, r.config.weight)
+            (rate, r.config.weight)
             for acc, r in zip(self.per_replica, self._replicas, strict=True)
-            if acc.prior.rps is not None
+            if (rate := acc.prior.rate) is not None
         ]
         if not known:
             return DEFAULT_RATE_PER_WEIGHT
-        cost = self.mix.mean_cost(self.prompt_factor)
-        return sum(rps * cost for rps, _ in known) / sum(w for _, w in known)
+        return sum(rate for rate, _ in known) / sum(w for _, w in known)
 
     def _kv(self, r: Replica, now: float | None = None) -> KvFigure:
         e = r.engine
@@ -364,17 +544,27 @@ class FleetCapacity:
         return prior, (None if prior is None else Source.PRIOR), None
 
     def _refit_if_mix_moved(self) -> None:
-        mix, old = self.mix.mix, self._mix_at_fit
-        moved = (
-            abs(mix.prompt_tokens - old.prompt_tokens) > MIX_MOVE * max(old.prompt_tokens, 1.0)
-            or abs(mix.output_tokens - old.output_tokens) > MIX_MOVE * old.output_tokens
-        )
-        if not moved:
-            return
-        self._mix_at_fit = mix
+        if self._mix_refit is None:
+            if not self.mix.refit_due(self._mix_at_fit, MIN_SAMPLE):
+                return
+            self._mix_refit = Refit(self.mix, self.prompt_factor)
+        refit = self._mix_refit
+        priors = {d: refit.prior(d, self.fitter) for d in set(self._deployments) if d is not None}
+        if any(p is None for p in priors.values()):
+            return  # every kind of card moves to the new mix at once, or none does
+        self._mix_at_fit, self._mix_refit = refit.point, None
+        self._fleet_cost = refit.cost
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
             if d is not None:
-                acc.prior = Prior(d, self.mix)
+                acc.prior = priors[d] or acc.prior
+
+
+def _moved(mix: WorkloadMix, old: WorkloadMix) -> bool:
+    """Whether the mean request shape moved enough to fit the model again."""
+    return (
+        abs(mix.prompt_tokens - old.prompt_tokens) > MIX_MOVE * max(old.prompt_tokens, 1.0)
+        or abs(mix.output_tokens - old.output_tokens) > MIX_MOVE * old.output_tokens
+    )
 
 
 def _unit_rate(replicas: Iterable[Replica], rates: Sequence[tuple[float, Source]]) -> float:
@@ -395,6 +585,14 @@ def _deployment(config: ReplicaConfig, catalog: ProfileCatalog) -> Deployment | 
         )
     except (GpuRouterError, ValueError):
         return None  # unknown card or model, or it does not fit: the weight stands in
+
+
+def _default_prior(deployment: Deployment | None, cost: float) -> Prior:
+    """The model at the default shape, before any request has completed."""
+    if deployment is None:
+        return Prior(None, None, cost)
+    p, o = DEFAULT_MIX.prompt_tokens, DEFAULT_MIX.output_tokens
+    return Prior(deployment, throughput_curve(deployment, (0.6 * p, p), (0.6 * o, o)), cost)
 
 
 def _catalog(fleet: FleetConfig) -> ProfileCatalog:

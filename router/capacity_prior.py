@@ -7,13 +7,16 @@ turns a rate measured at whatever concurrency the replica ran into its rate at s
 
 Both come from the same discrete engine model the simulator and the emulator step (continuous
 batching, chunked prefill, a KV cache that admits a request only when its context fits), run
-closed-loop at a grid of concurrencies on lognormal lengths fitted to the requests the router
-has seen. The closed-form saturation formula (router/perf/model.py) overstates what a
-batching engine does between one request and a full batch by up to 25% on a mixed length
-workload, and its KV-limited batch ignores that long requests hold more cache for longer;
-the stepped engine has neither error. Results are cached per card, model and mix (means
-bucketed 25% apart), so a fleet of identical cards costs one fit (0.17-0.23 s per card kind
-on this project's 2-core machine).
+closed-loop at a grid of concurrencies on the lengths of requests the router has seen (a
+sample of them, drawn from as they are: a strategy that sorts by size sends a card a cut of
+the lengths that no fitted distribution describes). The closed-form saturation formula
+(router/perf/model.py) overstates what a batching engine does between one request and a full
+batch by up to 25% on a mixed length workload, and its KV-limited batch ignores that long
+requests hold more cache for longer; the stepped engine has neither error. A run takes
+0.1-0.25 s of CPU on this project's 2-core machine; results are cached per card, model and
+sample, so a fleet of identical cards costs one run. ``ThreadFitter`` runs them off the
+event loop for the live router; before any request has completed, a lognormal of a default
+shape stands in (``throughput_curve``).
 """
 
 from __future__ import annotations
@@ -21,30 +24,102 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from router.errors import GpuRouterError
 from router.perf.model import DEFAULT_MAX_NUM_SEQS, Deployment, WorkloadMix, saturation
 from router.sim.capacity import capacity_at
 from router.sim.engine import Engine
 from router.sim.replica_model import step_cost
-from router.sim.workload import LognormalMix
+from router.sim.workload import LengthMix, LognormalMix, TraceMix, TraceRow
 
 STEPPED = (4, 8, 16, 32, 64, 128, DEFAULT_MAX_NUM_SEQS)
 """Concurrencies run through the stepped engine; below 4 the closed form's ratios to 4 are
 used (one request alone runs for long in the model's time and cheaply in the formula)."""
-BUCKET = 1.25
+BUCKET = 1.02
 """Means within this factor share a fit."""
+PLATEAU = 0.97
+"""Levels within this share of the best reading count as one plateau."""
 WARMUP, MEASURE = 40, 400
 """Requests per closed-loop run: discarded, then counted."""
 
 
+Curve = tuple[float, tuple[float, ...]]
+"""Requests per second at saturation, and ``efficiency[c]`` for c = 0..256."""
+
+
 def throughput_curve(
     deployment: Deployment, prompt: tuple[float, float], output: tuple[float, float]
-) -> tuple[float, tuple[float, ...]] | None:
-    """Requests per second at saturation and ``efficiency[c]`` for c = 0..256, for lengths
-    with these (median, mean) pairs; None when the engine cannot run the mix."""
-    key = (_bucket(prompt), _bucket(output))
-    return _curve(deployment, *key)
+) -> Curve | None:
+    """The curve for lognormal lengths with these (median, mean) pairs (what the router
+    assumes before it has seen requests); None when the engine cannot run the mix."""
+    return _lognormal_curve(deployment, _bucket(prompt), _bucket(output))
+
+
+def sample_curve(deployment: Deployment, lengths: tuple[tuple[int, int], ...]) -> Curve | None:
+    """The curve for requests drawn from these (prompt, output) lengths: the requests the
+    router saw, with their real spread and the tie between a prompt and its answer, which a
+    fitted distribution loses (a strategy that sorts by size sends a card a cut of the
+    lengths, nothing like a lognormal)."""
+    return _sample_curve(deployment, tuple(sorted(lengths)))
+
+
+class Pending:
+    """A model run under way: its curve is not there yet."""
+
+
+PENDING = Pending()
+
+
+class Fitter(Protocol):
+    """Runs the performance model on a sample of lengths."""
+
+    def curve(
+        self, deployment: Deployment, lengths: tuple[tuple[int, int], ...]
+    ) -> Curve | Pending | None:
+        """The curve for these lengths, None where the model cannot run them, or
+        ``PENDING`` while the run is under way (ask again later with the same lengths)."""
+        ...
+
+
+class InlineFitter:
+    """Runs the model at once: the simulator and tests, where time is virtual and each run
+    must happen at the same point of every replay."""
+
+    def curve(
+        self, deployment: Deployment, lengths: tuple[tuple[int, int], ...]
+    ) -> Curve | Pending | None:
+        return sample_curve(deployment, lengths)
+
+
+class ThreadFitter:
+    """Runs the model on a worker thread: a run takes a tenth of a second or more of CPU,
+    which on the event loop would hold every request the router is proxying for as long.
+    The thread still shares the interpreter, but the loop gets its turn every few
+    milliseconds instead of waiting for the whole run."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capacity-model")
+        self._runs: dict[tuple[Deployment, tuple[tuple[int, int], ...]], Future[Curve | None]] = {}
+
+    def curve(
+        self, deployment: Deployment, lengths: tuple[tuple[int, int], ...]
+    ) -> Curve | Pending | None:
+        key = (deployment, lengths)
+        run = self._runs.get(key)
+        if run is None:
+            self._runs[key] = self._pool.submit(sample_curve, deployment, lengths)
+            return PENDING
+        if not run.done():
+            return PENDING
+        del self._runs[key]
+        return run.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._runs.clear()
 
 
 def _bucket(median_mean: tuple[float, float]) -> tuple[int, int]:
@@ -57,25 +132,34 @@ def _unbucket(b: tuple[int, int]) -> tuple[float, float]:
     return median, max(median, mean)
 
 
-@functools.lru_cache(maxsize=256)
-def _curve(
+@functools.lru_cache(maxsize=64)
+def _lognormal_curve(
     deployment: Deployment, prompt: tuple[int, int], output: tuple[int, int]
-) -> tuple[float, tuple[float, ...]] | None:
+) -> Curve | None:
     p, o = _unbucket(prompt), _unbucket(output)
-    mix = LognormalMix(p, o)
+    return _fit(deployment, LognormalMix(p, o), WorkloadMix(p[1], o[1]))
 
+
+@functools.lru_cache(maxsize=256)
+def _sample_curve(deployment: Deployment, lengths: tuple[tuple[int, int], ...]) -> Curve | None:
+    if not lengths:
+        return None
+    mix = TraceMix([TraceRow(0.0, p, o) for p, o in lengths])
+    return _fit(deployment, mix, WorkloadMix(mix.mean_prompt, mix.mean_output))
+
+
+def _fit(deployment: Deployment, mix: LengthMix, closed: WorkloadMix) -> Curve | None:
     def make() -> Engine:
         return Engine(step_cost(deployment), kv_capacity_tokens=deployment.kv_capacity_tokens)
 
     try:
-        rates = {c: capacity_at(make, mix, c, warmup=WARMUP, measure=MEASURE) for c in STEPPED}
-        closed = WorkloadMix(p[1], o[1])
+        rates = {c: _closed_loop(make, mix, c) for c in STEPPED}
         formula = {c: saturation(deployment, closed, c).rps for c in (1, 2, 3, STEPPED[0])}
     except (ValueError, GpuRouterError):
         return None  # the mix does not fit this card's cache: no prior from the model
     for c in (1, 2, 3):
         rates[c] = rates[STEPPED[0]] * formula[c] / formula[STEPPED[0]]
-    top = max(rates.values())
+    top = _plateau(rates)
     grid = sorted(rates)
     efficiency = [0.0] * (DEFAULT_MAX_NUM_SEQS + 1)
     for lo, hi in itertools.pairwise(grid):
@@ -87,3 +171,19 @@ def _curve(
     for c in range(best, DEFAULT_MAX_NUM_SEQS + 1):
         efficiency[c] = 1.0
     return top, tuple(efficiency)
+
+
+def _closed_loop(make: Callable[[], Engine], mix: LengthMix, concurrency: int) -> float:
+    # A closed loop counts its short requests first: until several batches' worth have
+    # finished, the ones still running are the long ones, and the rate reads high.
+    warmup = max(WARMUP, 2 * concurrency)
+    measure = max(MEASURE, 4 * concurrency)
+    return capacity_at(make, mix, concurrency, warmup=warmup, measure=measure)
+
+
+def _plateau(rates: dict[int, float]) -> float:
+    """The saturation rate: the mean of the levels within ``PLATEAU`` of the best, since the
+    largest of several noisy readings of one plateau reads high."""
+    best = max(rates.values())
+    near = [r for r in rates.values() if r >= PLATEAU * best]
+    return sum(near) / len(near)

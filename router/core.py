@@ -56,6 +56,8 @@ class Assignment:
     first_byte: float | None = None
     expected_s: float = 0.0
     """What the replica's learned capacity predicted this attempt would take, when sent."""
+    share_mark: float = 0.0
+    """The replica's share integral when it started (router/capacity.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ class RouterCore:
         if a.expected_s > 0:
             r.observe_slowdown((now - a.started) / a.expected_s, now)
         produced = output_tokens if output_tokens is not None else req.max_tokens
-        self.capacity.completed(r, req.prompt_tokens, produced, req.cost, now)
+        self.capacity.completed(r, (req.prompt_tokens, produced), req.cost, a.share_mark, now)
         r.completed += 1
         self._finish(req, Outcome.COMPLETED, replica=r.id)
         self._settle(r)
@@ -292,8 +294,14 @@ class RouterCore:
             log.append(self.strategy.explain(req, now, r))
         self.queue.remove(req)
         req.attempts += 1
-        a = Assignment(req, r, now, expected_s=r.expected_seconds(req.cost))
         self.capacity.advance(r, now)
+        a = Assignment(
+            req,
+            r,
+            now,
+            expected_s=r.expected_seconds(req.cost),
+            share_mark=self.capacity.share_mark(r),
+        )
         self.stats[r.index].cost_sent.add(now, req.cost)
         r.running[req.id] = req
         r.outstanding_cost += req.cost

@@ -4,16 +4,20 @@ with its source; KV size from the engine first; an operator's pin overrides."""
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
 
 from router.capacity import Source
+from router.capacity_prior import PENDING, InlineFitter, Pending, ThreadFitter
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.config.schema import StrategyConfig
 from router.core import RouterCore
+from router.perf.model import Deployment
 from router.replica import EngineLoad
+from router.request import Request
 from router.sim.runner import KEEP_UP, Workload, catalog_for, fleet_capacity, simulate, trace_rows
 from router.sim.simulator import Simulation
 from tests.fleet_factory import make_fleet
@@ -125,3 +129,74 @@ def test_a_fleet_slower_than_the_model_recalibrates_the_prior_of_its_least_used_
     l4 = core.capacity.estimate(core.replica("l4-0"), sim.clock.now)
     model = l4.prior_rate / core.capacity.calibration
     assert l4.rate == pytest.approx(0.5 * model, rel=0.25)
+
+
+def test_cards_sent_a_cut_of_the_lengths_are_measured_at_their_capacity_on_the_fleets_mix() -> None:
+    """Shortest expected delay sends the slow cards the short requests and the H100s the long
+    ones; each card's rate is measured on what it got and carried to the fleet's mix by the
+    model, so it reads near what the card sustains on the whole mix (it read 0.7-0.8 of that
+    when the measurement was taken at the fleet's mix)."""
+    sim = _simulate("shortest-expected-delay", 0.5)
+    true = fleet_capacity(sim.fleet, Workload(trace_rows("conv")).mix)
+    for r in sim.core.pool:
+        estimate = sim.core.capacity.estimate(r, sim.clock.now)
+        if estimate.rate_source is Source.MEASURED:
+            assert estimate.rps == pytest.approx(true[r.id], rel=0.12), r.id
+    measured = {
+        r.config.gpu_model
+        for r in sim.core.pool
+        if sim.core.capacity.estimate(r, sim.clock.now).rate_source is Source.MEASURED
+    }
+    assert {"H100-SXM", "V100-32GB"} <= measured
+
+
+class _NeverReady:
+    """A fitter whose runs never finish, and which records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[Deployment, tuple[tuple[int, int], ...]]] = []
+
+    def curve(self, deployment: Deployment, lengths: tuple[tuple[int, int], ...]) -> Pending:
+        self.asked.append((deployment, lengths))
+        return PENDING
+
+
+def test_a_model_run_under_way_keeps_the_prior_and_is_asked_again_on_the_same_lengths() -> None:
+    """The live router runs the model off the event loop: until a run is back, the prior
+    stands, and later refreshes ask for the run already under way, not a new one on the
+    lengths completed since."""
+    clock = ManualClock()
+    core = RouterCore(load_fleet(FOUR_GENERATIONS), clock=clock, rng=random.Random(0))
+    fitter = _NeverReady()
+    core.capacity.fitter = fitter
+    before = {r.id: r.speed for r in core.pool}
+    for i in range(120):
+        core.submit(Request(f"r{i}", 1000 + i, 200, arrival=clock()))
+        clock.advance(0.05)
+        assignment = core.running[f"r{i}"]
+        core.first_byte(assignment)
+        core.complete(assignment, output_tokens=200)
+        if i in (60, 90, 119):
+            clock.advance(1.0)
+            core.expire()
+    # The fleet's sample was frozen at the first refresh past 50 completions (61 of them);
+    # without that, the later refreshes would have asked again on 91 and 120.
+    assert max(len(lengths) for _, lengths in fitter.asked) == 61
+    assert {r.id: r.speed for r in core.pool} == pytest.approx(before)
+
+
+def test_the_thread_fitter_answers_pending_then_the_models_curve() -> None:
+    deployment = _core(FOUR_GENERATIONS).capacity.per_replica[0].prior.deployment
+    assert deployment is not None
+    lengths = tuple((500 + 7 * i, 100 + i) for i in range(60))
+    fitter = ThreadFitter()
+    try:
+        answer = fitter.curve(deployment, lengths)
+        for _ in range(2000):  # bounded: a run takes well under a second of CPU
+            if not isinstance(answer, Pending):
+                break
+            time.sleep(0.01)
+            answer = fitter.curve(deployment, lengths)
+    finally:
+        fitter.close()
+    assert answer == InlineFitter().curve(deployment, lengths)

@@ -87,6 +87,35 @@ async def test_state_commands_events_and_decisions() -> None:
         assert {c["replica"] for c in decision["candidates"]} == {"a", "b"}
 
 
+async def test_a_replica_is_measured_once_its_own_requests_have_run_the_model() -> None:
+    """The live router runs the performance model on each replica's own requests off the
+    event loop (after 50); requests completed once that run is back are measured by it, and
+    the admin state carries the measured rate."""
+    async with routed(SPECS[:1]) as (server, emu):
+        core = server.core
+        replica = core.replica("a")
+
+        async def measured() -> bool:
+            async with httpx.AsyncClient() as front:
+                body = {"model": emu.config.model, "prompt": "hi", "max_tokens": 2}
+                url = server.front_url + "/v1/completions"
+                for _ in range(10):
+                    assert (await front.post(url, json=body)).is_success
+            core.refresh_capacity()
+            return core.capacity.estimate(replica, core.clock()).measured_rate is not None
+
+        rounds = 0
+        while not await measured():
+            rounds += 1
+            assert rounds < 100, "never measured"  # bounded: a model run is well under 1 s
+            await asyncio.sleep(0.05)
+        assert rounds >= 4  # nothing is measured before 50 of its own completions
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            state = (await admin.get("/admin/state")).json()
+    (row,) = state["replicas"]
+    assert row["capacity_measured_rps"] > 0
+
+
 async def test_state_carries_learned_capacity_and_kv_size_with_source_and_age() -> None:
     """Learned req/s with its source, age, prior and measurement; the KV cache's size with its
     source and the engine reading's age; the engine's preemption counter."""
@@ -112,7 +141,8 @@ async def test_state_carries_learned_capacity_and_kv_size_with_source_and_age() 
         assert r["engine_preemptions"] == 0
         assert r["load"] >= 0
     assert served["capacity_age_s"] >= 0
-    assert served["capacity_measured_rps"] > 0
+    # Measured once 50 of its own requests have run the model on the lengths it served.
+    assert served["capacity_measured_rps"] is None
     assert idle["capacity_age_s"] is None
     assert idle["capacity_measured_rps"] is None
 

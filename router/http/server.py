@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator
 
 import uvicorn
 
+from router.capacity_prior import ThreadFitter
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.control import ControlSurface
@@ -84,6 +85,7 @@ class RouterServer:
             telemetry=telemetry,
             engine_metrics=self.engine_metrics.status,
         )
+        self._fitter = ThreadFitter()
         self._servers: list[_EmbeddedUvicorn] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._addresses: list[str] = []
@@ -123,6 +125,8 @@ class RouterServer:
         sockets = [front, admin]
         try:
             await self.upstream.start()
+            # Off the event loop: a run of the performance model takes a tenth of a second.
+            self.core.capacity.fitter = self._fitter
             self.router.start()
             self.health.start()
             await self.engine_metrics.start()
@@ -157,6 +161,7 @@ class RouterServer:
         await self.engine_metrics.stop()
         await self.health.stop()
         await self.router.stop()
+        self._fitter.close()
         await self.upstream.close()
         if self._stopped is not None:
             self._stopped.set()
