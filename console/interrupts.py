@@ -8,10 +8,14 @@ Commands that run until stopped (``serve``, ``emulate``, ``agent``, ``broker``, 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import TextIO
 
-__all__ = ["EXIT_INTERRUPTED", "interrupted", "silence"]
+__all__ = ["EXIT_INTERRUPTED", "deferred", "interrupted", "silence"]
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT: what a shell reports for a command that Ctrl+C ended."""
@@ -32,3 +36,20 @@ def silence(out: TextIO) -> None:
         os.dup2(devnull, out.fileno())
     except (OSError, ValueError):  # no file descriptor (a StringIO): nothing left to flush
         pass
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Ctrl+C inside the block takes effect at its end: what the block prints and what it
+    counts stay in step (a row printed is a row counted)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        raise KeyboardInterrupt

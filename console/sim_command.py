@@ -1,13 +1,28 @@
-"""``gpurouter sim``: compare strategies on the fleet simulator."""
+"""``gpurouter sim``: compare strategies on the fleet simulator.
+
+The fleet's capacity is measured once; then each strategy runs on the same arrivals, one
+process per core (a strategy's run depends only on its inputs, so the rows are the serial
+run's). Rows print as JSON as they come, or as a table at the end (``console/sim_table.py``);
+Ctrl+C prints the rows done so far and exits 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, TextIO
 
+from console.interrupts import deferred, interrupted
+from console.sim_table import print_table, terminal_width
 from router.config import load_fleet
+from router.config.schema import FleetConfig
 from router.errors import GpuRouterError
+from router.perf.profiles import ProfileCatalog
 from router.sim.runner import (
     Workload,
     catalog_for,
@@ -18,6 +33,8 @@ from router.sim.runner import (
     trace_rows,
 )
 from router.strategies import STRATEGIES
+
+PROG = "gpurouter sim"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,66 +80,161 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="bisection steps of --max-sustainable over 0-1.2 x capacity (7: 1%% of capacity)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per strategy")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="strategies run at once, each in its own process (default: one per core; "
+        "the rows are the same whatever N)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    rows: list[dict[str, Any]] = []
+    names: list[str] = []
     try:
-        rows = _rows(args, out)
+        job, setup = _prepare(args)
+        names = sorted(STRATEGIES) if args.strategy == "all" else [args.strategy]
+        for row in _results(job, setup, names, args.jobs):
+            with deferred():
+                rows.append(row)
+                if args.json:
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
     except GpuRouterError as exc:
-        err.write(f"gpurouter sim: {exc}\n")
+        err.write(f"{PROG}: {exc}\n")
         return 2
-    if not args.json:
-        _table(rows, args.max_sustainable, out)
+    except KeyboardInterrupt:
+        _print_table(rows, args, out)
+        done = f"{len(rows)} of {len(names)} strategies done" if names else "before any ran"
+        return interrupted(PROG, err, done)
+    _print_table(rows, args, out)
     return 0
 
 
-def _rows(args: argparse.Namespace, out: TextIO) -> list[dict[str, Any]]:
+def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace, out: TextIO) -> None:
+    if rows and not args.json:
+        print_table(rows, args.max_sustainable, out, terminal_width(out))
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Everything one strategy's row depends on, in plain values: a worker process rebuilds the
+    fleet and workload from it and gets the rows the serial run gets."""
+
+    args: argparse.Namespace
+    capacities: dict[str, float]
+    rate: float
+    """Arrivals per second of a plain run (0 for --max-sustainable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    fleet: FleetConfig
+    workload: Workload
+    catalog: ProfileCatalog
+
+
+def _prepare(args: argparse.Namespace) -> tuple[_Job, _Setup]:
+    """Check the arguments, read the fleet and measure its capacity (once, for every row)."""
     _check(args)
+    setup = _setup(args)
+    capacities = fleet_capacity(setup.fleet, setup.workload.mix, setup.catalog, seed=args.seed)
+    capacity = sum(capacities.values())
+    rate = args.rate if args.rate is not None else (args.load or 0.8) * capacity
+    return _Job(args, capacities, 0.0 if args.max_sustainable else rate), setup
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
     fleet = load_fleet(args.fleet)
-    names = sorted(STRATEGIES) if args.strategy == "all" else [args.strategy]
     try:
         workload = Workload(
             trace_rows(args.trace), args.arrivals, args.burstiness, args.lengths, args.max_tokens
         )
     except ValueError as exc:
         raise GpuRouterError(str(exc)) from None
-    catalog = catalog_for(fleet)
-    capacities = fleet_capacity(fleet, workload.mix, catalog, seed=args.seed)
+    return _Setup(fleet, workload, catalog_for(fleet))
+
+
+def _results(
+    job: _Job, setup: _Setup, names: list[str], jobs: int | None
+) -> Iterator[dict[str, Any]]:
+    """Each strategy's row, in ``names`` order: in this process, or on ``jobs`` processes."""
+    workers = min(len(names), jobs or _cores())
+    if workers <= 1:
+        for name in names:
+            yield _row(job, setup, name)
+        return
+    yield from _pooled(job, names, workers)
+
+
+def _pooled(job: _Job, names: list[str], workers: int) -> Iterator[dict[str, Any]]:
+    # Workers ignore Ctrl+C (the disposition is inherited before they run any Python):
+    # this process reports what is done and ends them.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(
+            workers, initializer=_start_worker, initargs=(job,)
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        yield from pool.imap(_worker_row, names)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+_WORKER: dict[str, tuple[_Job, _Setup]] = {}
+"""In a worker process: its job, and the fleet and workload rebuilt from it once."""
+
+
+def _start_worker(job: _Job) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER["job"] = (job, _setup(job.args))
+
+
+def _worker_row(name: str) -> dict[str, Any]:
+    return _row(*_WORKER["job"], name)
+
+
+def _row(job: _Job, setup: _Setup, name: str) -> dict[str, Any]:
+    args, capacities = job.args, job.capacities
     capacity = sum(capacities.values())
-    rows = []
-    for name in names:
-        if args.max_sustainable:
-            rate, result = max_sustainable(
-                fleet,
-                name,
-                workload,
-                capacity,
-                capacities,
-                duration=args.duration,
-                seed=args.seed,
-                slo_ttft_p99_s=args.slo_ttft,
-                steps=args.search_steps,
-                catalog=catalog,
-            )
-            row: dict[str, Any] = {
-                "strategy": name,
-                "max_sustainable_rps": round(rate, 4),
-                "max_sustainable_fraction": round(rate / capacity, 4),
-                "capacity_rps": round(capacity, 4),
-                "slo_ttft_p99_s": args.slo_ttft,
-                "at_max": None if result is None else result_dict(result, rate, capacity),
-            }
-        else:
-            rate = args.rate if args.rate is not None else (args.load or 0.8) * capacity
-            result = run_strategy(
-                fleet, name, workload, rate, args.duration, args.seed, capacities, catalog
-            )
-            row = result_dict(result, rate, capacity)
-        rows.append(row)
-        if args.json:
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-    return rows
+    if not args.max_sustainable:
+        result = run_strategy(
+            setup.fleet, name, setup.workload, job.rate, args.duration, args.seed, capacities,
+            setup.catalog,
+        )  # fmt: skip
+        return result_dict(result, job.rate, capacity)
+    rate, at_max = max_sustainable(
+        setup.fleet,
+        name,
+        setup.workload,
+        capacity,
+        capacities,
+        duration=args.duration,
+        seed=args.seed,
+        slo_ttft_p99_s=args.slo_ttft,
+        steps=args.search_steps,
+        catalog=setup.catalog,
+    )
+    return {
+        "strategy": name,
+        "max_sustainable_rps": round(rate, 4),
+        "max_sustainable_fraction": round(rate / capacity, 4),
+        "capacity_rps": round(capacity, 4),
+        "slo_ttft_p99_s": args.slo_ttft,
+        "at_max": None if at_max is None else result_dict(at_max, rate, capacity),
+    }
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -143,37 +255,5 @@ def _check(args: argparse.Namespace) -> None:
         raise GpuRouterError(f"--search-steps must be >= 1, got {args.search_steps}")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise GpuRouterError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-
-
-def _table(rows: list[dict[str, Any]], sustainable: bool, out: TextIO) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"capacity_rps = {rows[0]['capacity_rps']:.2f}")
-    if sustainable:
-        cols = ["strategy", "max_sustainable_rps", "max_sustainable_fraction"]
-    else:
-        cols = [
-            "strategy",
-            "offered_rps",
-            "throughput_rps",
-            "capacity_fraction",
-            "ttft_p50_s",
-            "ttft_p99_s",
-            "e2e_p99_s",
-            "imbalance_factor",
-            "lost_requests",
-        ]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "strategy" else "right")
-    for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in cols))
-    Console(file=out, width=160).print(table)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "unbounded"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+    if args.jobs is not None and args.jobs < 1:
+        raise GpuRouterError(f"--jobs must be >= 1, got {args.jobs}")

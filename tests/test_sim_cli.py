@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +53,34 @@ gpus:
     bandwidth_gbs: 4078
     memory_mib: 81920
 """
+
+
+# Two cards, two kinds: the capacity measurement and each strategy's run take little time.
+SMALL_FLEET = """\
+model: meta-llama/Llama-3.1-8B-Instruct
+nodes:
+  - name: n0
+    gpus:
+      - {index: 0, model: A100-80GB, memory_gib: 80}
+      - {index: 1, model: V100-32GB, memory_gib: 32}
+    replicas:
+      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
+      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's layout follows $COLUMNS when stdout is not a terminal: none unless a test
+    sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture
+def small_fleet(tmp_path: Path) -> str:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_FLEET)
+    return str(path)
 
 
 def sim(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -171,3 +204,122 @@ def test_the_fleet_files_own_gpu_profiles_drive_the_simulation(
         assert (code, err) == (0, "")
         capacity[gpu] = json.loads(out)["capacity_rps"]
     assert capacity["X-100"] > capacity["A100-80GB"]
+
+
+def table_rows(out: str) -> list[str]:
+    """The strategy names of a table's rows, top to bottom."""
+    names = sorted(STRATEGIES, key=len, reverse=True)
+    return [
+        next(n for n in names if n in line)
+        for line in out.splitlines()
+        if line.startswith("  ") and any(n in line for n in names)
+    ]
+
+
+def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["strategy"]: r for r in rows}
+
+
+def expected_order(rows: list[dict[str, Any]]) -> list[str]:
+    """Lowest p99 TTFT first (unbounded last), then the most served, then the name."""
+    return [
+        r["strategy"]
+        for r in sorted(
+            rows,
+            key=lambda r: (
+                float("inf") if r["ttft_p99_s"] is None else r["ttft_p99_s"],
+                -r["throughput_rps"],
+                r["strategy"],
+            ),
+        )
+    ]
+
+
+def test_the_rows_are_the_same_on_one_process_or_several(
+    small_fleet: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Strategies run in parallel processes give the serial run's rows, in the same order."""
+    args = ("--fleet", small_fleet, "--load", "0.7", "--duration", "10", "--json")
+    serial = sim(capsys, *args, "--jobs", "1")
+    parallel = sim(capsys, *args, "--jobs", "3")
+    assert serial[0] == 0
+    assert parallel == serial
+    assert [json.loads(line)["strategy"] for line in serial[1].splitlines()] == sorted(STRATEGIES)
+
+
+def test_at_80_columns_the_table_fits_best_first_and_says_why_two_rows_are_identical(
+    small_fleet: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ("--fleet", small_fleet, "--load", "0.7", "--duration", "10")
+    _, as_json, _ = sim(capsys, *args, "--json")
+    rows = [json.loads(line) for line in as_json.splitlines()]
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = sim(capsys, *args)
+    assert (code, err) == (0, "")
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    order = expected_order(rows)
+    assert table_rows(out) == order
+    assert [line.split()[:2] for line in out.splitlines() if "★" in line] == [
+        ["★", order[0]],
+        ["★", "best;"],
+    ]
+    assert "ranked by ttft_p99_s" in out
+    assert "e2e" not in out  # the narrow layout leaves it to --json
+    notes = " ".join(out.split())
+    assert (
+        "ran identically: affinity places every request without an affinity key (the "
+        "simulator sends none) as weighted-least-connections does"
+    ) in notes
+    figures = ("throughput_rps", "ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "imbalance_factor")
+    affinity = [by_name(rows)["affinity"][f] for f in figures]
+    identical = [r["strategy"] for r in rows if [r[f] for f in figures] == affinity]
+    assert f"{' and '.join(sorted(identical))} ran identically" in notes
+
+
+def test_from_100_columns_the_table_shows_more_and_still_fits(
+    small_fleet: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = sim(capsys, "--fleet", small_fleet, "--load", "0.7", "--duration", "10")
+    assert code == 0
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 100
+    assert "served" in out
+    assert "e2e p99" in out
+
+
+def test_max_sustainable_table_ranks_by_the_rate(
+    small_fleet: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = sim(
+        capsys, "--fleet", small_fleet, "--strategy", "round-robin", "--max-sustainable",
+        "--search-steps", "2", "--duration", "10",
+    )  # fmt: skip
+    assert code == 0
+    assert table_rows(out) == ["round-robin"]
+    assert "★ round-robin" in out
+    assert "ranked by max_sustainable_rps" in out
+    assert "p99 TTFT under 2 s" in " ".join(out.split())
+
+
+def test_ctrl_c_prints_the_rows_done_one_line_and_exits_130(small_fleet: str) -> None:
+    """SIGINT once a row is out, with strategies running in worker processes: the rows done
+    so far, one line saying so on stderr, no traceback from this process or its workers."""
+    argv = [sys.executable, "-m", "console.cli", "sim", "--fleet", small_fleet,
+            "--duration", "200", "--json", "--jobs", "2"]  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    with subprocess.Popen(
+        argv, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        # Read through the same buffered files (communicate() would skip what readline read).
+        rest, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=60)
+    rows = [json.loads(line) for line in (first + rest).splitlines()]
+    assert proc.returncode == 130
+    assert err == f"gpurouter sim: interrupted: {len(rows)} of {len(STRATEGIES)} strategies done\n"
+    assert [r["strategy"] for r in rows] == sorted(STRATEGIES)[: len(rows)]
