@@ -162,12 +162,7 @@ def _print(line: dict[str, Any], as_json: bool, out: TextIO) -> None:
 
 def _human(line: dict[str, Any]) -> str:
     if "summary" in line:
-        s = line["summary"]
-        return (
-            f"summary: {s['duration_s']:g} s, router {s['outcomes']}, lost {s['lost']}, "
-            f"mean {s['mean_throughput_rps']:g} req/s, imbalance {s['imbalance']['by_strategy']}, "
-            f"{len(s['strategy_switches'])} strategy switch(es)"
-        )
+        return "\n".join(summary_lines(line["summary"]))
     nodes = line["telemetry"]["nodes"].values()
     fresh = sum(1 for n in nodes if n["fresh"])
     return (
@@ -176,6 +171,37 @@ def _human(line: dict[str, Any]) -> str:
         f"imbalance {line['imbalance_factor']:.2f} ({line['band']})  "
         f"telemetry {fresh}/{len(nodes)} fresh"
     )
+
+
+def summary_lines(s: dict[str, Any]) -> list[str]:
+    """The end of a run, for people: how the requests ended, then how the fleet did."""
+    o = s["outcomes"]
+    ended = [f"{o['completed']} completed", f"{o['failed']} failed"]
+    ended += [f"{o[k]} {k}" for k in ("rejected", "expired") if o.get(k)]
+    if o.get("stopped"):
+        ended.append(f"{o['stopped']} ended by the stop (running when it came)")
+    imbalance = s["imbalance"]
+    lines = [
+        f"demo stopped after {s['duration_s']:g} s",
+        f"  requests: {', '.join(ended)}; {s['lost']} lost (no HTTP answer at all)",
+        f"  throughput: {s['mean_throughput_rps']:.1f} req/s on average"
+        + _by_strategy(s["throughput_rps_by_strategy"], ".1f"),
+    ]
+    if imbalance["mean"] is not None:
+        lines.append(
+            f"  imbalance: {imbalance['mean']:.2f} on average, {imbalance['max']:.2f} at most"
+            + _by_strategy(imbalance["by_strategy"], ".2f")
+        )
+    switches = [f"t={w['t']:g} s {w['strategy']} ({w['actor']})" for w in s["strategy_switches"]]
+    lines.append(f"  strategy switches: {', '.join(switches) or 'none'}")
+    return lines
+
+
+def _by_strategy(values: dict[str, float], spec: str) -> str:
+    """`` (round-robin 4.21, weighted-least-connections 1.30)``; one strategy, just its name."""
+    if len(values) < 2:
+        return f" ({next(iter(values))})" if values else ""
+    return " (" + ", ".join(f"{name} {value:{spec}}" for name, value in values.items()) + ")"
 
 
 def demo_app(demo: Demo) -> ConsoleApp:
@@ -219,8 +245,7 @@ async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
         await demo.stop()
     if demo.server is not None:
         out.write(banner(demo)[0] + "\n")
-        summary = demo.summary()["summary"]
-        out.write(f"demo stopped: router outcomes {summary['outcomes']}\n")
+        out.write("\n".join(summary_lines(demo.summary()["summary"])) + "\n")
 
 
 @contextlib.contextmanager

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
+from console.demo_command import summary_lines
 from router.core import RouterCore
 from router.demo import DEFAULT_FLEET, Demo, RunTally, StrategySwitch, snapshot_line
 from router.demo.fleet_file import default_fleet_path
 from router.demo.load import DemoLoad, offered_rps, swing_phases, swinging_shots
+from router.demo.report import stop_outcomes
 from router.sim.workload import LognormalMix
 from router.telemetry.status import DISABLED
 from tests.fleet_factory import make_fleet
@@ -120,3 +122,44 @@ nodes:
     replicas:
       - {id: solo, endpoint: "http://127.0.0.1:PORT", gpus: [0]}
 """
+
+
+def test_requests_the_stop_cut_off_are_counted_as_stopped_not_failed() -> None:
+    """What ended after the operator's stop, otherwise than completed, ended because of it."""
+    at_stop = {"completed": 90, "failed": 3}
+    final = {"completed": 100, "failed": 80, "expired": 1}
+    assert stop_outcomes(final, at_stop) == {
+        "completed": 100,
+        "failed": 3,
+        "rejected": 0,
+        "expired": 0,
+        "stopped": 78,
+    }
+    assert stop_outcomes(final, None) == {
+        "completed": 100,
+        "failed": 80,
+        "rejected": 0,
+        "expired": 1,
+    }
+    tally = RunTally()
+    tally.add({"strategy": "round-robin", "imbalance_factor": 2.0, "throughput_rps": 10.0})
+    summary = tally.summary(3.0, final, Counter(), at_stop=at_stop)["summary"]
+    assert summary["outcomes"]["stopped"] == 78
+
+
+def test_the_printed_summary_reads_as_sentences_not_python_dicts() -> None:
+    tally = RunTally()
+    for strategy, factor in (("round-robin", 4.0), ("weighted-least-connections", 1.2)):
+        tally.add({"strategy": strategy, "imbalance_factor": factor, "throughput_rps": 10.0})
+    tally.switches.append(StrategySwitch(29.4, "weighted-least-connections", "ctl:me"))
+    final = {"completed": 172, "failed": 122}
+    summary = tally.summary(13.2, final, Counter(), at_stop={"completed": 170})["summary"]
+    assert summary_lines(summary) == [
+        "demo stopped after 13.2 s",
+        "  requests: 172 completed, 0 failed, 122 ended by the stop (running when it came); "
+        "0 lost (no HTTP answer at all)",
+        "  throughput: 10.0 req/s on average (round-robin 10.0, weighted-least-connections 10.0)",
+        "  imbalance: 2.60 on average, 4.00 at most (round-robin 4.00, "
+        "weighted-least-connections 1.20)",
+        "  strategy switches: t=29.4 s weighted-least-connections (ctl:me)",
+    ]

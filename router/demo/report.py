@@ -7,6 +7,7 @@ and the load generator's tally; nothing here touches sockets or clocks.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from router.snapshot import FleetSnapshot
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["RunTally", "StrategySwitch", "snapshot_line"]
+__all__ = ["ENDINGS", "RunTally", "StrategySwitch", "snapshot_line", "stop_outcomes"]
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -97,9 +98,12 @@ class RunTally:
         outcomes: dict[str, int],
         client: Counter[str],
         errors: Counter[str] | None = None,
+        at_stop: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         """``outcomes``: the router's endings; ``client``: the load generator's (``error`` is
-        a request that got no HTTP answer at all: lost); ``errors``: what those died of."""
+        a request that got no HTTP answer at all: lost); ``errors``: what those died of;
+        ``at_stop``: the router's endings when the operator stopped the demo (what ended
+        otherwise than completed after it is counted ``stopped``, not failed)."""
         by_strategy = _means_by_strategy(self.imbalance)
         throughput_by_strategy = _means_by_strategy(
             [(name, rps) for (name, _), rps in zip(self.imbalance, self.throughput, strict=True)]
@@ -108,7 +112,7 @@ class RunTally:
         return {
             "summary": {
                 "duration_s": round(duration_s, 1),
-                "outcomes": dict(outcomes),
+                "outcomes": stop_outcomes(outcomes, at_stop),
                 "client": dict(client),
                 "lost": client.get("error", 0),
                 "lost_by_error": dict(errors or {}),
@@ -127,6 +131,26 @@ class RunTally:
                 ],
             }
         }
+
+
+ENDINGS = ("completed", "failed", "rejected", "expired")
+
+
+def stop_outcomes(final: Mapping[str, int], at_stop: Mapping[str, int] | None) -> dict[str, int]:
+    """The router's endings, with those the operator's stop brought about as ``stopped``.
+
+    A request still running when the demo is stopped is cut off after a short drain, and the
+    router records it as failed (its client went away): not a failure of the fleet. So every
+    ending after ``at_stop`` other than a completion counts as ``stopped``; completions count
+    as completions whenever they came.
+    """
+    if at_stop is None:
+        return {k: final.get(k, 0) for k in ENDINGS}
+    out = {k: at_stop.get(k, 0) for k in ENDINGS}
+    out["completed"] = final.get("completed", 0)
+    ended_after = sum(final.values()) - sum(at_stop.values())
+    out["stopped"] = ended_after - (out["completed"] - at_stop.get("completed", 0))
+    return out
 
 
 def _means_by_strategy(samples: list[tuple[str, float]]) -> dict[str, float]:

@@ -103,6 +103,7 @@ class Demo:
         self._unsubscribe: Callable[[], None] | None = None
         self._t0 = time.monotonic()
         self._stopped = False
+        self._outcomes_at_stop: dict[str, int] | None = None
 
     # ---- what the front ends read ---------------------------------------------------------
 
@@ -145,7 +146,11 @@ class Demo:
     def summary(self) -> dict[str, Any]:
         outcomes = {} if self.server is None else dict(self.server.core.snapshot().outcomes)
         return self.tally.summary(
-            time.monotonic() - self._t0, outcomes, self.client, self.client_errors
+            time.monotonic() - self._t0,
+            outcomes,
+            self.client,
+            self.client_errors,
+            at_stop=self._outcomes_at_stop,
         )
 
     def _server(self) -> RouterServer:
@@ -267,6 +272,9 @@ class Demo:
         if self._stopped:
             return
         self._stopped = True
+        if self.server is not None:
+            # From here on, what ends otherwise than completed ends because of the stop.
+            self._outcomes_at_stop = dict(self.server.core.snapshot().outcomes)
         await self._stop_load()
         if self._unsubscribe is not None:
             self._unsubscribe()
