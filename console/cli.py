@@ -4,6 +4,9 @@ Each subcommand lives in its own module of ``console/`` with two functions:
 ``add_arguments(parser)`` and ``run(args, out, err) -> int`` (the exit code). The modules keep
 their heavy imports inside ``run`` so that ``gpurouter --help`` and the quick commands stay
 quick. Add a command by adding a line to ``COMMANDS``.
+
+Ctrl+C never ends in a traceback: a command with a partial report prints it and exits 130;
+any other says it was interrupted and exits 130 (``console/interrupts.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 from typing import Protocol, TextIO, cast
+
+from console.interrupts import interrupted, silence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module in console/, one-line help)
@@ -52,8 +57,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
-    return _module(args.command).run(args, sys.stdout, sys.stderr)
+    prog = "gpurouter"
+    try:
+        args = _build_parser().parse_args(argv)
+        prog = f"gpurouter {args.command}"
+        return _module(args.command).run(args, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        # A command with a partial report catches Ctrl+C itself; any other stops where it was.
+        return interrupted(prog, sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`| head -n 1`): stop quietly, as Unix tools do.
+        silence(sys.stdout)
+        return 0
 
 
 if __name__ == "__main__":
