@@ -163,14 +163,15 @@ class MixTracker:
     def refit_due(self, last: FitPoint | None, first_at: int) -> bool:
         """Whether to run the model again on these lengths: first at ``first_at``
         completions, then when the mean shape has moved and enough new requests came in to
-        say so (as many as at the last fit, at most half a sample), which keeps the model
-        runs (a tenth of a second or more each) to a handful per replica."""
+        say so (as many as at the last run while the sample grows, a whole new sample once it
+        is full), which keeps the model runs (a tenth of a second or more each) to a handful
+        per replica."""
         if self.count < first_at:
             return False
         if last is None:
             return True
         new = self.count - last.count
-        return new >= min(last.count, SAMPLE // 2) and _moved(self.mix, last.mix)
+        return new >= min(last.count, SAMPLE) and _moved(self.mix, last.mix)
 
     def point(self) -> FitPoint:
         return FitPoint(self.mix, self.count)
@@ -325,26 +326,35 @@ class ReplicaCapacity:
         return measured * fleet / own.rate
 
     def refit_own(
-        self, deployment: Deployment | None, fitter: Fitter, prompt_factor: float
+        self,
+        deployment: Deployment | None,
+        fitter: Fitter,
+        prompt_factor: float,
+        fleet: FitPoint | None,
     ) -> None:
         """Run the model on the lengths this replica served, once it has served enough to
-        say, and again when they change."""
+        say, and again when they change; where they are much the fleet's (a strategy that
+        does not sort by size), the fleet's run (``fleet``: its shape) stands for its own."""
         if deployment is None:
             return
         if self._own_refit is None:
             if not self.own.refit_due(self._own_at_fit, OWN_FIT):
                 return
+            if fleet is not None and not _moved(self.own.mix, fleet.mix):
+                self._take(self.own.point(), self.prior)
+                return
             self._own_refit = Refit(self.own, prompt_factor)
         prior = self._own_refit.prior(deployment, fitter)
-        if prior is None:
-            return
-        first = self._own_at_fit is None
-        self._own_at_fit, self._own_refit = self._own_refit.point, None
-        self.own_prior = prior
-        if first:
+        if prior is not None:
+            self._take(self._own_refit.point, prior)
+            self._own_refit = None
+
+    def _take(self, point: FitPoint, prior: Prior) -> None:
+        if self._own_at_fit is None:
             # Shares so far were counted on the fleet's curve, which can be far from this
             # replica's (a slow card sent only short requests batches many more of them).
             self._work = self._shares = self.completions = 0.0
+        self._own_at_fit, self.own_prior = point, prior
 
     def last_completion(self) -> float | None:
         return self._last_completion
@@ -422,7 +432,7 @@ class FleetCapacity:
         k = 1.0 if last is None else 1.0 - math.exp(-max(now - last, 0.0) / SMOOTH_S)
         self._refit_if_mix_moved()
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
-            acc.refit_own(d, self.fitter, self.prompt_factor)
+            acc.refit_own(d, self.fitter, self.prompt_factor, self._mix_at_fit)
         self._known_unit = self._unit_from_known()
         self.calibration = self._calibrate(now)
         for r in self._replicas:

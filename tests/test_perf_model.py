@@ -36,7 +36,7 @@ from router.perf.calibration import (
     load_calibration,
     relative_error,
 )
-from router.perf.model import DEFAULT_EFFICIENCY
+from router.perf.model import DEFAULT_EFFICIENCY, batch_step_function, batch_step_seconds
 
 CATALOG = default_catalog()
 EFF = Efficiency(mfu=0.5, bandwidth=0.8, tensor_parallel=0.9)
@@ -394,3 +394,18 @@ def test_a_calibration_row_with_a_wide_tolerance_must_say_why(tmp_path: Path) ->
     )
     with pytest.raises(ConfigError, match=r"rows\[0\]\.why: a tolerance above 0.3 needs a reason"):
         load_calibration(bad)
+
+
+@given(
+    gpu=st.sampled_from(["H100-SXM", "A100-80GB", "V100-32GB", "L4"]),
+    prefill=st.integers(0, 16_384),
+    seqs=st.integers(0, 512),
+    context=st.integers(0, 2_000_000),
+)
+def test_the_precomputed_step_is_the_reference_step_to_the_last_bit(
+    gpu: str, prefill: int, seqs: int, context: int
+) -> None:
+    catalog = default_catalog()
+    deployment = Deployment(catalog.gpu(gpu), catalog.model("meta-llama/Llama-3.1-8B-Instruct"))
+    step = batch_step_function(deployment)
+    assert step(prefill, seqs, context) == batch_step_seconds(deployment, prefill, seqs, context)

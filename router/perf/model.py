@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from router.errors import GpuRouterError
 from router.perf.profiles import GpuProfile, ModelProfile
@@ -49,6 +50,7 @@ __all__ = [
     "RunningSequence",
     "Saturation",
     "WorkloadMix",
+    "batch_step_function",
     "batch_step_seconds",
     "compute_dtype",
     "decode_step_seconds",
@@ -283,6 +285,38 @@ def batch_step_seconds(
         return 0.0
     attention = _prefill_attention_flops(deployment.model, prefill_tokens, 0.0)
     return _step_time(deployment, _StepLoad(new, decode_context_tokens, attention))
+
+
+class StepFunction(Protocol):
+    """Seconds of one engine step from its totals (``batch_step_seconds``'s arguments)."""
+
+    def __call__(self, prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
+        """Seconds the step takes."""
+        ...
+
+
+def batch_step_function(deployment: Deployment) -> StepFunction:
+    """``batch_step_seconds`` for one deployment, its constants worked out once: the
+    simulator, the emulator and every capacity prior step an engine millions of times, and
+    the deployment's properties (compute and bandwidth with their tensor-parallel factor,
+    the model's byte counts) cost more than the step's own arithmetic. The same operations in
+    the same order, so the same floats."""
+    model = deployment.model
+    flops, bandwidth = deployment.flops, deployment.bandwidth
+    two_params = 2.0 * model.params
+    weights_s = weight_bytes(model) / bandwidth
+    kv_bytes = kv_bytes_per_token(model)
+    attention = 2.0 * model.layers * model.query_width
+
+    def step(prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
+        new = prefill_tokens + decode_seqs
+        if not new:
+            return 0.0
+        matmuls = max(two_params * new / flops, weights_s)
+        kv_read = kv_bytes * decode_context_tokens / bandwidth
+        return matmuls + kv_read + attention * prefill_tokens * prefill_tokens / flops
+
+    return step
 
 
 def prefill_seconds(deployment: Deployment, prompt_tokens: int, cached_tokens: int = 0) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from router.config.schema import ReplicaConfig
-from router.perf.model import DEFAULT_MAX_NUM_SEQS, Deployment, batch_step_seconds
+from router.perf.model import DEFAULT_MAX_NUM_SEQS, Deployment, batch_step_function
 from router.perf.profiles import ProfileCatalog
 from router.sim.engine import Engine, StepCost
 
@@ -18,10 +18,7 @@ def deployment_for(replica: ReplicaConfig, catalog: ProfileCatalog) -> Deploymen
 
 
 def step_cost(deployment: Deployment) -> StepCost:
-    def cost(prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
-        return batch_step_seconds(deployment, prefill_tokens, decode_seqs, decode_context_tokens)
-
-    return cost
+    return batch_step_function(deployment)
 
 
 def engine_for(
