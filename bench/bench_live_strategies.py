@@ -4,6 +4,7 @@
     python bench/bench_live_strategies.py --max-sustainable --steps 3 # bisection over load
     python bench/bench_live_strategies.py --strategy round-robin --duration 60 --json
     python bench/bench_live_strategies.py --from-json run.json        # tables of a saved run
+    python bench/bench_live_strategies.py --agreement --strategy all  # live against simulator
 
 Three processes on this machine's loopback: the emulated fleet (router.emulator's
 EmulatedFleet, every replica of the fleet file on a free port), the router (RouterServer:
@@ -34,6 +35,11 @@ the load generator's lateness (send time behind schedule, p99) and the router lo
 the emulator's clock (engine time over wall time x time scale, lowest replica: under 0.97
 its steps ran late, and the cards looked slower than they are). A run that fails one is
 marked BEHIND (and a search stops there); raise --slowdown until none is.
+
+``--agreement`` asks whether the simulator predicts the live router: per strategy, the
+simulator's max sustainable load (its bisection over 0-1.2 of capacity, ``--sim-steps``
+steps, the same duration, seed and arrivals), then two live runs at 0.9 and 1.1 times it.
+Sustained at 0.9 and not at 1.1 means the live figure is within 10% of the simulator's.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from typing import Any
 from router.config import load_fleet
 from router.config.schema import FleetConfig, RouterConfig
 from router.sim.runner import Workload, fleet_capacity, trace_rows
+from router.sim.runner import max_sustainable as sim_max_sustainable
 from router.strategies import STRATEGIES
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
@@ -76,6 +83,8 @@ LATE_P99_S = 0.1
 """Load generator behind schedule by more than this (emulated s, p99): it fell behind."""
 LOOP_LAG_P99_S = 0.1
 """Router loop oversleeping by more than this (emulated s, p99): the router was starved."""
+AGREEMENT = (0.9, 1.1)
+"""Live loads for --agreement, as multiples of the simulator's max sustainable load."""
 ENGINE_CLOCK_MIN = 0.97
 """Emulator engine time below this share of wall time x time scale: its steps ran late."""
 
@@ -602,6 +611,76 @@ def print_search(report: Mapping[str, Any]) -> None:
     print("(ok: sustainable; x: not; !: the machine fell behind, search stopped)")
 
 
+async def agreement(
+    fleet_path: Path, fleet: FleetConfig, strategy: str, capacity: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The simulator's max sustainable load, and live runs at 0.9 and 1.1 times it."""
+    arrivals = "poisson" if args.burstiness == 1.0 else "gamma"
+    workload = Workload(trace_rows(args.trace), arrivals, args.burstiness)
+    capacities = fleet_capacity(fleet, workload.mix, seed=args.seed)
+    rate, _ = sim_max_sustainable(
+        fleet,
+        strategy,
+        workload,
+        capacity,
+        capacities,
+        duration=args.duration,
+        seed=args.seed,
+        steps=args.sim_steps,
+    )
+    sim = rate / capacity
+    print(f"  {strategy}: simulator sustains {sim:.3f}", file=sys.stderr, flush=True)
+    # Sustaining nothing the bisection could resolve, the simulator says: not even its
+    # first step above 0; live should fail there too.
+    loads = [f * sim for f in AGREEMENT] if sim > 0 else [1.2 / 2**args.sim_steps]
+    runs = []
+    for load in loads:
+        run = await one_run(fleet_path, fleet, strategy, load, capacity, args)
+        _progress(run)
+        runs.append(run)
+    if sim > 0:
+        agrees = runs[0]["sustainable"] and not runs[1]["sustainable"]
+    else:
+        agrees = not runs[0]["sustainable"]
+    return {
+        "strategy": strategy,
+        "sim_max_sustainable_fraction": round(sim, 4),
+        "runs": runs,
+        "behind": any(r["behind"] for r in runs),
+        "agrees": agrees,
+    }
+
+
+def print_agreement(report: Mapping[str, Any]) -> None:
+    print(f"{'strategy':<27} {'sim max':>7}  {'live at 0.9x':>18}  {'live at 1.1x':>18}  verdict")
+    for row in report["rows"]:
+        cells = [
+            f"{r['load']:.3f} {'ok' if r['sustainable'] else 'x '} {_f(r['ttft_p99_s']):>9}"
+            for r in row["runs"]
+        ]
+        if len(cells) == 1:
+            cells.insert(0, "-")  # the simulator sustained nothing: one run, above it
+        above = row["runs"][-1]["sustainable"]
+        verdict = (
+            "BEHIND"
+            if row["behind"]
+            else "within 10%"
+            if row["agrees"]
+            else "live above sim by >10%"
+            if above
+            else "live below sim by >10%"
+        )
+        print(
+            f"{row['strategy']:<27} {row['sim_max_sustainable_fraction']:>7.3f}  "
+            f"{cells[0]:>18}  {cells[1]:>18}  {verdict}"
+        )
+    agree = sum(r["agrees"] for r in report["rows"])
+    print(
+        f"(load, ok sustainable / x not, p99 TTFT in emulated s) {agree} of "
+        f"{len(report['rows'])} strategies within 10%"
+    )
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     fleet_path = FLEETS / args.fleet
     fleet = load_fleet(fleet_path)
@@ -609,6 +688,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     capacities = fleet_capacity(fleet, mix, seed=args.seed)
     capacity = sum(capacities.values())
     strategies = args.strategy or list(DEFAULT_STRATEGIES)
+    if "all" in strategies:
+        strategies = sorted(STRATEGIES)
     report: dict[str, Any] = {
         "fleet": f"examples/fleets/{args.fleet}",
         "capacity_rps": round(capacity, 3),
@@ -621,14 +702,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "trace": args.trace,
             "burstiness": args.burstiness,
             "seed": args.seed,
-            "mode": "max-sustainable" if args.max_sustainable else f"load {args.load}",
+            "mode": _mode(args),
         },
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "nproc": os.cpu_count(),
         "rows": [],
     }
     for name in strategies:
-        if args.max_sustainable:
+        if args.agreement:
+            report["rows"].append(await agreement(fleet_path, fleet, name, capacity, args))
+        elif args.max_sustainable:
             report["rows"].append(await max_sustainable(fleet_path, fleet, name, capacity, args))
         else:
             row = await one_run(fleet_path, fleet, name, args.load, capacity, args)
@@ -646,12 +729,18 @@ def main() -> None:
     parser.add_argument(
         "--strategy",
         action="append",
-        choices=sorted(STRATEGIES),
-        help="a strategy (repeatable; default: six load-aware and reference ones)",
+        choices=["all", *sorted(STRATEGIES)],
+        help="a strategy (repeatable; all: every one; default: six load-aware and reference ones)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--load", type=float, default=0.8, help="fraction of capacity (0.8)")
     mode.add_argument("--max-sustainable", action="store_true", help="bisect over the load")
+    mode.add_argument(
+        "--agreement", action="store_true", help="live at 0.9x and 1.1x the simulator's max"
+    )
+    parser.add_argument(
+        "--sim-steps", type=int, default=7, help="simulator bisection steps for --agreement (7)"
+    )
     parser.add_argument("--lo", type=float, default=0.4, help="bisection's low end (0.4)")
     parser.add_argument("--hi", type=float, default=1.1, help="bisection's high end (1.1)")
     parser.add_argument("--steps", type=int, default=3, help="bisection steps (3)")
@@ -687,6 +776,12 @@ def main() -> None:
         print_report(report)
 
 
+def _mode(args: argparse.Namespace) -> str:
+    if args.agreement:
+        return "agreement"
+    return "max-sustainable" if args.max_sustainable else f"load {args.load}"
+
+
 def print_report(report: Mapping[str, Any]) -> None:
     s = report["settings"]
     print(
@@ -696,7 +791,8 @@ def print_report(report: Mapping[str, Any]) -> None:
         f"per run (first fifth warm-up) + {s['drain_s']:g} s drain; {s['mode']}; times in "
         "emulated seconds"
     )
-    (print_search if s["mode"] == "max-sustainable" else print_load)(report)
+    printers = {"max-sustainable": print_search, "agreement": print_agreement}
+    printers.get(s["mode"], print_load)(report)
     print(
         f"total {report['wall_s']:.0f} s wall on {report['nproc']} CPUs; load average "
         f"{report['loadavg_at_start'][0]:.2f} at start, {report['loadavg_at_end'][0]:.2f} at end"
