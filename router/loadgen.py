@@ -6,7 +6,9 @@ run the very same shots. :class:`LoadGenerator` sends them with aiohttp to
 ``/v1/completions`` at their times, without waiting for answers (open loop: a slow fleet
 does not slow the offered load), and counts every shot by how it ended. It is bounded three
 ways: a count, a duration, and a cap on requests in flight (a shot due while the cap is
-reached is counted ``not_sent``, never queued).
+reached is counted ``not_sent``, never queued). It also notes how late each request went
+out (``LoadReport.late_s``): a busy machine delays the generator before anything else, so
+that is the first sign a run measured the machine rather than the fleet.
 
 Lengths go over the wire as the emulator and the router read them: the prompt is text of
 four characters per token; ``max_tokens`` is what the client allows (the phase's cap, or by
@@ -22,7 +24,7 @@ import contextlib
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -129,6 +131,10 @@ class ShotResult:
 class LoadReport:
     results: list[ShotResult] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+    late_s: list[float] = field(default_factory=list)
+    """For every shot sent, the wall seconds it went out behind its time (0 when on time).
+    An open-loop generator that sends late offers less load than planned and shifts every
+    arrival: a run whose shots went out late measured the machine, not the fleet."""
 
     @property
     def sent(self) -> int:
@@ -165,11 +171,14 @@ class LoadGenerator:
         drain_s: float = 30.0,
         time_scale: float = 1.0,
         on_result: Callable[[ShotResult], None] | None = None,
-        on_drained: Callable[[], None] | None = None,
+        on_drained: Callable[[], Awaitable[None] | None] | None = None,
+        start_at: float | None = None,
     ) -> LoadReport:
         """Send shots (their times divided by ``time_scale``) until ``max_requests`` are sent
         or ``max_duration_s`` of wall time has passed; then wait up to ``drain_s`` for the
-        answers still coming, call ``on_drained``, and cut off the rest."""
+        answers still coming, call (and await, if it is a coroutine) ``on_drained``, and cut
+        off the rest. ``start_at``: the clock reading that is time 0 of the schedule (default:
+        now), so that another process can start its own clock at the same instant."""
         report = LoadReport()
 
         def done(result: ShotResult) -> None:
@@ -179,7 +188,9 @@ class LoadGenerator:
                 on_result(result)
 
         tasks: set[asyncio.Task[None]] = set()
-        start = self.clock()
+        start = self.clock() if start_at is None else start_at
+        if start_at is not None and start_at > self.clock():
+            await asyncio.sleep(start_at - self.clock())
         limit = aiohttp.TCPConnector(limit=self.max_in_flight)
         async with aiohttp.ClientSession(connector=limit, timeout=self.timeout) as session:
             count = 0
@@ -194,7 +205,9 @@ class LoadGenerator:
                 if self.in_flight >= self.max_in_flight:
                     done(ShotResult(shot, "not_sent", self.clock() - start))
                     continue
-                task = asyncio.create_task(self._send(session, shot, start, done))
+                task = asyncio.create_task(
+                    self._send(session, shot, start + due, start, done, report.late_s)
+                )
                 tasks.add(task)
                 # Counted now (the task may not start before the next shot) and settled when
                 # it ends, even if it is cut off before it starts.
@@ -203,7 +216,9 @@ class LoadGenerator:
             if tasks:
                 await asyncio.wait(set(tasks), timeout=drain_s)
             if on_drained is not None:
-                on_drained()
+                pending = on_drained()
+                if pending is not None:
+                    await pending
             for task in list(tasks):
                 task.cancel()
             for task in list(tasks):
@@ -228,8 +243,10 @@ class LoadGenerator:
         self,
         session: aiohttp.ClientSession,
         shot: Shot,
+        due: float,
         start: float,
         done: Callable[[ShotResult], None],
+        late: list[float],
     ) -> None:
         body: dict[str, object] = {
             "model": self.model,
@@ -241,6 +258,9 @@ class LoadGenerator:
             body["gpurouter"] = {"output_tokens": shot.output_tokens}
         headers = {"Content-Type": "application/json", "X-Priority": shot.priority.name.lower()}
         sent = self.clock()
+        # Measured when the request goes out, not when it was scheduled: a task that waits
+        # for a busy loop is as late as a generator that overslept.
+        late.append(max(0.0, sent - due))
         first: float | None = None
         try:
             async with session.post(self.url, data=orjson.dumps(body), headers=headers) as resp:

@@ -37,7 +37,10 @@ async def test_a_short_scenario_runs_live_against_the_emulator(tmp_path: Path) -
     lines: list[dict[str, Any]] = []
     scenario = load_scenario(scenario_file(tmp_path, LIVE_DRAIN))
     report = await run_live(scenario, lines.append)
-    assert report.passed, [str(c) for c in report.failed]
+    # Every check holds; whether this machine kept up is its own verdict, not this test's
+    # (asserting it would make the test depend on how busy the machine is).
+    assert not report.failed, [str(c) for c in report.failed]
+    assert report.keeping_up is not None
     assert report.mode == "live"
     samples = [line for line in lines if line["kind"] == "sample"]
     assert [s["t"] for s in samples] == [float(t) for t in range(1, 13)]

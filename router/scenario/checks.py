@@ -58,15 +58,27 @@ class Measured:
 class CheckResult:
     name: str
     ok: bool
+    """Whether the measurement met the bound (judged or not)."""
     measured: float | str | None
     expected: str
     line: int
+    not_judged: str | None = None
+    """Why the run cannot judge this check, in words; None when it can."""
 
     def to_dict(self) -> dict[str, Any]:
         measured = self.measured
         if isinstance(measured, float):
             measured = None if math.isinf(measured) else round(measured, 4)
-        return {"name": self.name, "ok": self.ok, "measured": measured, "expected": self.expected}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "ok": self.ok,
+            "measured": measured,
+            "expected": self.expected,
+            "judged": self.not_judged is None,
+        }
+        if self.not_judged is not None:
+            out["not_judged"] = self.not_judged
+        return out
 
     def __str__(self) -> str:
         shown = "unbounded" if self.measured == math.inf else self.measured

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -9,10 +10,27 @@ from typing import Any
 
 from router.control import ControlSurface
 from router.scenario.checks import CheckResult, Measured, evaluate
+from router.scenario.keeping_up import KeepingUp
 from router.scenario.recording import ActionRecord, Recorder
-from router.scenario.schema import Action, Scenario
+from router.scenario.schema import Action, Check, Scenario
 
-__all__ = ["Emit", "RunReport", "apply_command", "finish_run"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_NOT_JUDGED",
+    "EXIT_PASSED",
+    "Emit",
+    "RunReport",
+    "apply_command",
+    "finish_run",
+]
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_NOT_JUDGED = 3
+"""A live run that cannot be judged as written: the machine could not keep up (its checks
+measured the machine, so none is judged), or a check missed only because an action took
+effect late inside its window. A CI job can retry, or run the scenario slower, rather than
+report a failure of the fleet."""
 
 Emit = Callable[[dict[str, Any]], None]
 """Receives each line of a run as it happens: samples and actions (``kind`` says which)."""
@@ -28,14 +46,66 @@ class RunReport:
     counts: dict[str, int]
     capacity_rps: float | None
     extra: dict[str, Any]
+    keeping_up: KeepingUp | None = None
+    """Live: whether the machine kept up; None on the simulator (virtual time never lags)."""
 
     @property
     def failed(self) -> tuple[CheckResult, ...]:
+        """The checks whose measurement missed its bound, judged or not."""
         return tuple(c for c in self.checks if not c.ok)
 
     @property
+    def judged(self) -> bool:
+        """False when the machine fell behind a live run: the checks measured the machine."""
+        return self.keeping_up is None or self.keeping_up.kept_up
+
+    @property
+    def judged_failures(self) -> tuple[CheckResult, ...]:
+        """The checks that failed and are judged: what the fleet (or the router) got wrong."""
+        if not self.judged:
+            return ()
+        return tuple(c for c in self.failed if c.not_judged is None)
+
+    @property
+    def unjudged(self) -> tuple[CheckResult, ...]:
+        """The checks this run cannot judge (all of them when the machine fell behind)."""
+        if not self.judged:
+            return self.checks
+        return tuple(c for c in self.checks if c.not_judged is not None)
+
+    @property
     def passed(self) -> bool:
-        return not self.failed
+        """Every check judged, and every one held."""
+        return not self.failed and not self.unjudged
+
+    @property
+    def exit_code(self) -> int:
+        if not self.judged:
+            return EXIT_NOT_JUDGED
+        if self.judged_failures:
+            return EXIT_FAILED
+        return EXIT_NOT_JUDGED if self.unjudged else EXIT_PASSED
+
+    @property
+    def verdict(self) -> str:
+        """One line: passed, failed, or not judged and why."""
+        if not self.judged:
+            assert self.keeping_up is not None
+            return "checks not judged: " + self.keeping_up.describe()
+        if self.judged_failures:
+            return "some checks failed"
+        if self.unjudged:
+            n = len(self.unjudged)
+            return (
+                f"{n} check{'s' if n > 1 else ''} not judged (an action took effect late, "
+                "inside the window); the others hold"
+            )
+        return "all checks hold"
+
+    def _check_line(self, check: CheckResult) -> dict[str, Any]:
+        if self.judged:
+            return check.to_dict()
+        return dataclasses.replace(check, not_judged="machine fell behind").to_dict()
 
     def summary(self) -> dict[str, Any]:
         """The JSON object printed at the end of a run."""
@@ -47,8 +117,11 @@ class RunReport:
             "capacity_rps": None if self.capacity_rps is None else round(self.capacity_rps, 4),
             **self.counts,
             **self.extra,
-            "checks": [c.to_dict() for c in self.checks],
+            **({} if self.keeping_up is None else {"machine": self.keeping_up.to_dict()}),
+            "checks": [self._check_line(c) for c in self.checks],
+            "judged": self.judged,
             "passed": self.passed,
+            "verdict": self.verdict,
         }
 
 
@@ -82,10 +155,14 @@ def finish_run(
     lost_arrivals: Sequence[float],
     known_capacity: Callable[[], float | None],
     extra: dict[str, Any] | None = None,
+    keeping_up: KeepingUp | None = None,
 ) -> RunReport:
     rec.finish()
     measured = Measured(rec, scenario.duration_s, capacity_at, lost_arrivals)
-    results = [evaluate(check, measured) for check in scenario.checks]
+    late = _late_actions(scenario, rec)
+    results = [
+        _judge(check, evaluate(check, measured), measured, late) for check in scenario.checks
+    ]
     # A drill whose command was refused did not happen as written: that fails the run.
     results += [
         CheckResult(f"action at line {a.line} ({a.action}) applied", False, a.message, "ok", a.line)
@@ -107,4 +184,50 @@ def finish_run(
         counts,
         known_capacity(),
         extra or {},
+        keeping_up,
     )
+
+
+_Late = tuple[float, float, str]
+"""An action that took effect after its time: (due, took effect, what), scenario seconds."""
+
+
+def _late_actions(scenario: Scenario, rec: Recorder) -> list[_Late]:
+    # Live, an action takes effect when the event loop gets to it, a little after its time;
+    # on the simulator never.
+    # Both are in time order: the actions as the file schedules them, the records as applied.
+    pairs = zip(scenario.actions, rec.actions, strict=False)
+    return [(a.at_s, r.t, r.action) for a, r in pairs if r.t > a.at_s]
+
+
+def _judge(check: Check, result: CheckResult, m: Measured, late: Sequence[_Late]) -> CheckResult:
+    """A check that missed only because an action took effect after its window opened (or
+    after the instant it looks at) is not judged: the drill did not run as written there. It
+    is judged again from when the action took effect; if it misses from then on too, the miss
+    stands."""
+    if result.ok:
+        return result
+    for at, applied, what in late:
+        if check.metric == "state":
+            assert check.at_s is not None
+            if at <= check.at_s < applied:
+                reason = (
+                    f"{what} (due at {at:g} s) took effect at {applied:.3f} s, "
+                    f"after {check.at_s:g} s"
+                )
+                return dataclasses.replace(result, not_judged=reason)
+            continue
+        if not at <= check.start_s < applied:
+            continue
+        narrowed = evaluate(dataclasses.replace(check, start_s=applied), m)
+        if narrowed.ok:
+            reason = (
+                f"{what} (due at {at:g} s) took effect at {applied:.3f} s, after this window "
+                f"opened; from then on it holds (measured {_shown(narrowed.measured)})"
+            )
+            return dataclasses.replace(result, not_judged=reason)
+    return result
+
+
+def _shown(value: float | str | None) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

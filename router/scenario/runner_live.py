@@ -3,13 +3,18 @@ driven by real HTTP from the load generator.
 
 With ``emulated: true`` every replica of the fleet file is served by EmulatedFleet on a free
 loopback port and the router is pointed at those; faults go to the emulator. With
-``emulated: false`` the fleet's own endpoints are used and faults cannot be set.
+``emulated: false`` the fleet's own endpoints are used and faults cannot be set. The emulator
+and the load generator run in processes of their own (router.scenario.live_processes), so
+that the router's loop carries the router alone.
 
 Scenario time is emulated time: at ``time_scale`` k the emulator runs k times faster than
 life, so the load generator sends k times faster, actions and samples come k times sooner,
 and the router's own timers that pace a drill (queue deadline, health checks and ejection
 windows, retry backoff, waits for a replica's answer, adaptive tuning) are shortened k
 times too. A drill keeps its shape at any scale.
+
+Whether the machine kept up is measured as the run goes (router.scenario.keeping_up); a run
+where it did not judges none of its checks.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import TYPE_CHECKING
 from router.config.schema import FleetConfig, RouterConfig
 from router.control import ControlSurface
 from router.errors import ConfigError, Problem
-from router.loadgen import LoadGenerator
+from router.scenario.keeping_up import LoopLag, keeping_up
+from router.scenario.live_processes import EmulatorProcess, LoadProcess, pointed_at
 from router.scenario.recording import Recorder, sample_line
 from router.scenario.report import (
     Emit,
@@ -39,14 +45,14 @@ from router.scenario.schema import Action, Scenario
 from router.scenario.workload import Workload
 
 if TYPE_CHECKING:
-    from router.emulator import EmulatedFleet
     from router.http.server import RouterServer
-    from router.loadgen import Shot
 
 __all__ = ["run_live", "run_live_blocking"]
 
 _STOP_GRACE_S = 0.0
 """The run is over when the drain ends: whatever is left is cut off, not waited for."""
+_START_MARGIN_S = 0.2
+"""Time 0 is set this far ahead, so the load generator is waiting for it, not late to it."""
 
 
 def check_live(scenario: Scenario) -> None:
@@ -73,7 +79,6 @@ def run_live_blocking(scenario: Scenario, emit: Emit) -> RunReport:
 
 async def run_live(scenario: Scenario, emit: Emit, *, listen: str = "127.0.0.1:0") -> RunReport:
     # Imported here: the HTTP stack is only needed live.
-    from router.emulator import EmulatedFleet
     from router.http.server import RouterServer
 
     check_live(scenario)
@@ -81,40 +86,39 @@ async def run_live(scenario: Scenario, emit: Emit, *, listen: str = "127.0.0.1:0
     shots = list(workload.shots())
     scale = scenario.fleet.time_scale
     config = scenario.fleet.config
-    emulated: EmulatedFleet | None = None
-    server: RouterServer | None = None
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        emulator: EmulatorProcess | None = None
         if scenario.fleet.emulated:
-            # Served on loopback whatever hosts the fleet file names (the ports are the OS's).
-            loopback = {r.id: "http://127.0.0.1:1" for r in config.replicas}
-            emulated = EmulatedFleet(
-                _pointed_at(config, loopback),
-                time_scale=scale,
-                seed=scenario.seed,
-                ports={r.id: 0 for r in config.replicas},
-            )
-            await emulated.start()
-            config = _pointed_at(config, {rid: r.url for rid, r in emulated.replicas.items()})
+            emulator = EmulatorProcess(scenario.fleet.file, time_scale=scale, seed=scenario.seed)
+            stack.push_async_callback(emulator.stop)
+            config = pointed_at(config, await emulator.start())
         server = RouterServer(
             dataclasses.replace(config, router=_scaled(config.router, scale)),
             listen=listen,
             admin_listen="127.0.0.1:0",
         )
+        stack.push_async_callback(server.stop, _STOP_GRACE_S)
         await server.start()
-        return await _drive(scenario, server, emulated, workload, shots, emit)
-    finally:
-        if server is not None:
-            await server.stop(_STOP_GRACE_S)
-        if emulated is not None:
-            await emulated.stop()
+        load = LoadProcess(
+            server.front_url,
+            config_model(scenario.fleet.config),
+            shots,
+            max_duration_s=scenario.duration_s / scale,
+            drain_s=scenario.drain_s / scale,
+            time_scale=scale,
+        )
+        stack.push_async_callback(load.stop)
+        await load.start()
+        return await _drive(scenario, server, emulator, load, workload, emit)
+    raise AssertionError("unreachable: the block above returns or raises")
 
 
 async def _drive(
     scenario: Scenario,
     server: RouterServer,
-    emulated: EmulatedFleet | None,
+    emulator: EmulatorProcess | None,
+    load: LoadProcess,
     workload: Workload,
-    shots: list[Shot],
     emit: Emit,
 ) -> RunReport:
     scale = scenario.fleet.time_scale
@@ -122,7 +126,7 @@ async def _drive(
     control: ControlSurface = server.control
     if scenario.strategy is not None:
         core.set_strategy(scenario.strategy, dict(scenario.strategy_params or {}))
-    t0 = time.monotonic()
+    t0 = time.monotonic() + _START_MARGIN_S
     rec = Recorder(core, lambda c: (c - t0) * scale)
 
     def now() -> float:
@@ -132,7 +136,7 @@ async def _drive(
         if action.command is not None:
             record = apply_command(control, action, now(), rec)
         else:
-            ok, message = await _fault(emulated, action)
+            ok, message = await _fault(emulator, action)
             record = note_action(rec, action, now(), ok, message)
         emit(action_line(record))
 
@@ -145,28 +149,31 @@ async def _drive(
     seconds = range(1, int(scenario.duration_s) + 1)
     timed += [(float(s), partial(sample, float(s))) for s in seconds]
     timed.sort(key=lambda item: item[0])
+    load.go(t0)
+    if emulator is not None:
+        emulator.measure()
     timer = asyncio.create_task(_at_times(timed, t0, scale))
-    model = config_model(scenario.fleet.config)
-    # Streamed, so that the first byte is the first token (TTFT), as the simulator counts it.
-    generator = LoadGenerator(server.front_url, model, max_in_flight=4096, stream=True)
+    lag = LoopLag()
+    ticker = asyncio.create_task(lag.run())
     try:
-        report = await generator.run(
-            shots,
-            max_requests=len(shots),
-            max_duration_s=scenario.duration_s / scale,
-            drain_s=scenario.drain_s / scale,
-            time_scale=scale,
-            on_drained=rec.finish,
-        )
+        await load.drained()
+        # The run ends here; what the cut-offs and the shutdown do is not part of it.
+        rec.finish()
+        ticker.cancel()
+        shares = {} if emulator is None else await emulator.clock_shares()
+        load.cut_off()
+        report = await load.report()
         await timer
     finally:
-        timer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await timer
+        for task in (timer, ticker):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     lost = [r.shot.at_s for r in report.results if r.outcome == "error"]
     extra = {"client": dict(report.counts), "time_scale": scale}
+    kept = keeping_up(report.late_s, report.counts["not_sent"], lag, shares, scale, t0)
     return finish_run(
-        scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra
+        scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra, kept
     )
 
 
@@ -180,38 +187,25 @@ async def _at_times(
         await fn()
 
 
-async def _fault(emulated: EmulatedFleet | None, action: Action) -> tuple[bool, str]:
-    assert emulated is not None  # check_live refused faults on real endpoints
+async def _fault(emulator: EmulatorProcess | None, action: Action) -> tuple[bool, str]:
+    assert emulator is not None  # check_live refused faults on real endpoints
     replica = str(action.replica)
     match action.fault:
-        case "kill":
-            await emulated.kill(replica)
-        case "revive" | "heal":
-            await emulated.revive(replica)
+        case "kill" | "revive" | "heal":
+            body: dict[str, object] = {"fault": action.fault}
         case "slow":
-            await emulated.slow(replica, action.factor)
+            body = {"fault": "slow", "factor": action.factor}
         case "fail_fraction":
-            await emulated.fail_fraction(replica, action.fraction)
-    return True, f"{replica}: {action.fault} set on the emulator"
+            body = {"fault": "fail", "fraction": action.fraction}
+        case _:
+            return False, f"{replica}: unknown fault {action.fault!r}"
+    ok, answer = await emulator.fault(replica, body)
+    return ok, (f"{replica}: {action.fault} set on the emulator" if ok else answer)
 
 
 def config_model(fleet: FleetConfig) -> str:
     """The model name requests ask for: the fleet's, else its first replica's."""
     return fleet.model or fleet.replicas[0].model
-
-
-def _pointed_at(fleet: FleetConfig, urls: dict[str, str]) -> FleetConfig:
-    """The fleet with each replica's endpoint replaced by where the emulator serves it."""
-    nodes = tuple(
-        dataclasses.replace(
-            node,
-            replicas=tuple(
-                dataclasses.replace(r, endpoint=urls.get(r.id, r.endpoint)) for r in node.replicas
-            ),
-        )
-        for node in fleet.nodes
-    )
-    return dataclasses.replace(fleet, nodes=nodes)
 
 
 def _scaled(router: RouterConfig, scale: float) -> RouterConfig:
