@@ -65,7 +65,7 @@ def test_a_router_that_stalls_its_own_loop_is_not_excused_as_a_busy_machine() ->
     assert keeping_up([], 0, own, {}, 1.0).kept_up
     assert keeping_up([], 0, own, {}, 1.0).router_lag_p99_s == pytest.approx(0.4)
     assert keeping_up([], 0, starved, {}, 1.0).behind == (
-        "router waited 0.39 s for a CPU (p99, at most 0.1)",
+        "router waited 0.390 s for a CPU (p99, at most 0.1)",
     )
     # Where the kernel does not say how long the thread waited, all of the lag counts.
     unknown = LoopLag()
@@ -75,14 +75,14 @@ def test_a_router_that_stalls_its_own_loop_is_not_excused_as_a_busy_machine() ->
 
 def test_each_way_of_falling_behind_is_named() -> None:
     assert KeepingUp(0.11, 0, 0.0, None).behind == (
-        "load generator 0.11 s behind schedule (p99, at most 0.1)",
+        "load generator 0.110 s behind schedule (p99, at most 0.1)",
     )
     assert KeepingUp(0.0, 3, 0.0, None).behind == ("3 requests not sent",)
     assert KeepingUp(0.0, 0, 0.2, None).behind == (
-        "router waited 0.20 s for a CPU (p99, at most 0.1)",
+        "router waited 0.200 s for a CPU (p99, at most 0.1)",
     )
     assert KeepingUp(0.0, 0, 0.0, 0.96).behind == (
-        "emulated GPUs ran at 0.96 of their speed (at least 0.97)",
+        "emulated GPUs ran at 0.960 of their speed (at least 0.97)",
     )
     assert KeepingUp(0.0, 0, 0.0, None).kept_up  # real endpoints: no emulator clock
 
@@ -108,8 +108,8 @@ def test_a_run_where_the_machine_fell_behind_judges_no_check(report: RunReport) 
     assert summary["judged"] is False
     assert summary["machine"]["kept_up"] is False
     assert summary["verdict"] == (
-        "checks not judged: machine fell behind: load generator 0.35 s behind schedule "
-        "(p99, at most 0.1); emulated GPUs ran at 0.90 of their speed (at least 0.97); "
+        "checks not judged: machine fell behind: load generator 0.350 s behind schedule "
+        "(p99, at most 0.1); emulated GPUs ran at 0.900 of their speed (at least 0.97); "
         "the router's own loop stalls: 0.300 s p99, 0.500 s at most"
     )
 

@@ -70,20 +70,20 @@ class KeepingUp:
         out = []
         if self.loadgen_late_p99_s > LATE_P99_S:
             out.append(
-                f"load generator {self.loadgen_late_p99_s:.2f} s behind schedule (p99, at most "
+                f"load generator {self.loadgen_late_p99_s:.3f} s behind schedule (p99, at most "
                 f"{LATE_P99_S:g})"
             )
         if self.not_sent:
             out.append(f"{self.not_sent} requests not sent")
         if self.router_starved_p99_s > LOOP_STARVED_P99_S:
             out.append(
-                f"router waited {self.router_starved_p99_s:.2f} s for a CPU (p99, at most "
+                f"router waited {self.router_starved_p99_s:.3f} s for a CPU (p99, at most "
                 f"{LOOP_STARVED_P99_S:g})"
             )
         clock = self.emulator_clock_min
         if clock is not None and clock < ENGINE_CLOCK_MIN:
             out.append(
-                f"emulated GPUs ran at {clock:.2f} of their speed (at least {ENGINE_CLOCK_MIN:g})"
+                f"emulated GPUs ran at {clock:.3f} of their speed (at least {ENGINE_CLOCK_MIN:g})"
             )
         return tuple(out)
 
