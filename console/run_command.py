@@ -4,16 +4,27 @@ Exit codes: 0 every check held; 1 a check failed (each named on stderr with what
 measured); 2 the scenario (or the fleet file it names) is wrong, each problem with file, line
 and key; 3 a live run could not be judged as written: the machine could not keep up (stderr
 says how far behind it fell), or a check missed only because an action took effect late
-inside its window. docs/scenarios.md describes the file and the lines printed.
+inside its window; 130 Ctrl+C stopped the run: the summary of what ran until then is
+printed, no check judged. docs/scenarios.md describes the file and the lines printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-from typing import Any, TextIO
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TextIO
 
 from router.errors import ConfigError, GpuRouterError
+
+if TYPE_CHECKING:
+    from router.scenario import RunReport, Scenario
+    from router.scenario.report import Emit
+
+PROG = "gpurouter run"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,8 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: the simulator and aiohttp are not needed to build the parser.
-    from router.scenario import load_scenario, run_simulated
-    from router.scenario.runner_live import run_live_blocking
+    from router.scenario import load_scenario
 
     def emit(line: dict[str, Any]) -> None:
         out.write((json.dumps(line) if args.json else _text(line)) + "\n")
@@ -39,13 +49,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         scenario = load_scenario(args.scenario)
-        if args.simulate:
-            report = run_simulated(scenario, emit)
-        else:
-            report = run_live_blocking(scenario, emit)
+        report = _simulated(scenario, emit) if args.simulate else _live(scenario, emit)
     except ConfigError as exc:
         for problem in exc.problems:
-            err.write(f"gpurouter run: {problem}\n")
+            err.write(f"{PROG}: {problem}\n")
         return 2
     except GpuRouterError as exc:
         err.write(f"gpurouter run: {exc}\n")
@@ -54,6 +61,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"gpurouter run: cannot start the live run: {exc}\n")
         return 1
     emit(report.summary())
+    if report.interrupted_at is not None:
+        err.write(f"{PROG}: {report.verdict}; the report above is what ran until then\n")
+        return report.exit_code
     if not report.judged:
         err.write(
             f"gpurouter run: {report.verdict}; run it on a less busy machine, or slower "
@@ -70,17 +80,49 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return report.exit_code
 
 
+def _simulated(scenario: Scenario, emit: Emit) -> RunReport:
+    from router.scenario import run_simulated
+
+    with _sigint_flag() as stopped:
+        return run_simulated(scenario, emit, stopped)
+
+
+@contextmanager
+def _sigint_flag() -> Iterator[Callable[[], bool]]:
+    """Ctrl+C in the block raises a flag (the simulator ends at its next second) instead of
+    an exception in the middle of the router's bookkeeping."""
+    raised: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: raised.append(signum))
+    try:
+        yield lambda: bool(raised)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _live(scenario: Scenario, emit: Emit) -> RunReport:
+    return asyncio.run(_live_until_stopped(scenario, emit))
+
+
+async def _live_until_stopped(scenario: Scenario, emit: Emit) -> RunReport:
+    from router.scenario.runner_live import run_live
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        return await run_live(scenario, emit, stop=stop)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
 def _text(line: dict[str, Any]) -> str:
     kind = line["kind"]
     if kind == "sample":
-        replicas = " ".join(
-            f"{rid}:{_short(r['state'])}{r['utilization']:.2f}"
-            for rid, r in line["replicas"].items()
-        )
+        replicas = " ".join(_replica(rid, r) for rid, r in line["replicas"].items())
         return (
             f"t={line['t']:>6.1f}s {line['strategy']:<28} {line['throughput_rps']:6.1f} req/s "
             f"queue {line['queue_depth']:>4} in flight {line['in_flight']:>4} "
-            f"imbalance {line['imbalance_factor']:6.2f} ({line['band']}) {replicas}"
+            f"imbalance {line['imbalance_factor']:6.2f} ({line['band']})  busy {replicas}"
         )
     if kind == "action":
         status = "ok" if line["ok"] else "REFUSED"
@@ -88,16 +130,21 @@ def _text(line: dict[str, Any]) -> str:
     return _summary_text(line)
 
 
-def _short(state: str) -> str:
-    # Utilization follows the state letter: a=active, d=draining, D=drained, e=ejected.
-    return {"active": "a", "draining": "d", "drained": "D", "ejected": "e"}.get(state, "?")
+def _replica(rid: str, r: dict[str, Any]) -> str:
+    """``a100-0 42%``: in flight over batch size; a replica out of rotation says so."""
+    busy = f"{round(100 * r['utilization'])}%"
+    return f"{rid} {busy}" if r["state"] == "active" else f"{rid} {r['state']} {busy}"
 
 
 def _summary_text(line: dict[str, Any]) -> str:
     counts = ", ".join(
         f"{k} {line[k]}"
-        for k in ("offered", "completed", "failed", "rejected", "expired", "unfinished", "lost")
-    )
+        for k in (
+            "offered", "completed", "failed", "rejected", "expired", "unfinished", "stopped",
+            "lost",
+        )
+        if k in line
+    )  # fmt: skip
     rows = [f"{line['scenario']} ({line['mode']}): {counts}"]
     for check in line["checks"]:
         mark = ("PASS" if check["ok"] else "FAIL") if check["judged"] else "----"

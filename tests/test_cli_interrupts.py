@@ -4,6 +4,7 @@ traceback (``gpurouter sim``'s own case is in test_sim_cli.py)."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -57,3 +58,64 @@ def test_a_command_without_a_report_of_its_own_says_interrupted_and_exits_130(
         finally:
             os.close(fd)
     assert (proc.returncode, out, err) == (130, "", "gpurouter config: interrupted\n")
+
+
+SCENARIO = """\
+name: long-drill
+fleet: {{file: fleet.yaml, time_scale: {scale}}}
+workload:
+  phases:
+    - {{duration: 3600, load: 0.5}}
+checks:
+  - {{metric: failed, max: 0}}
+"""
+
+FLEET = """\
+model: meta-llama/Llama-3.1-8B-Instruct
+nodes:
+  - name: n0
+    gpus:
+      - {index: 0, model: A100-80GB, memory_gib: 80}
+      - {index: 1, model: V100-32GB, memory_gib: 32}
+    replicas:
+      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
+      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
+"""
+
+
+def long_scenario(tmp_path: Path, scale: float) -> Path:
+    (tmp_path / "fleet.yaml").write_text(FLEET)
+    path = tmp_path / "long.yaml"
+    path.write_text(SCENARIO.format(scale=scale))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["--simulate", "live"])
+def test_run_interrupted_prints_the_partial_report_one_line_and_exits_130(
+    tmp_path: Path, mode: str
+) -> None:
+    """Ctrl+C an hour-long drill after its first second: the samples so far, a summary of
+    what ran (requests still running count as stopped, no check judged), one line on stderr."""
+    argv = ["run", str(long_scenario(tmp_path, 10.0)), "--json"]
+    with gpurouter(*argv, *([mode] if mode == "--simulate" else [])) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        # Through the same buffered files: communicate() would skip what readline read.
+        rest, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=60)
+    lines = [json.loads(line) for line in (first + rest).splitlines()]
+    *samples, summary = lines
+    assert proc.returncode == 130, err
+    assert samples
+    assert {line["kind"] for line in samples} == {"sample"}
+    assert summary["kind"] == "summary"
+    stopped_at = summary["interrupted_at"]
+    assert samples[-1]["t"] <= stopped_at < 3600
+    assert (summary["checks"], summary["judged"], summary["passed"]) == ([], False, False)
+    assert "unfinished" not in summary
+    assert summary["stopped"] >= 0
+    verdict = f"interrupted at t={stopped_at:g} s of 3600 s: checks not judged"
+    assert summary["verdict"] == verdict
+    assert err == f"gpurouter run: {verdict}; the report above is what ran until then\n"

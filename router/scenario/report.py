@@ -16,6 +16,7 @@ from router.scenario.schema import Action, Check, Scenario
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_JUDGED",
     "EXIT_PASSED",
     "Emit",
@@ -31,6 +32,8 @@ EXIT_NOT_JUDGED = 3
 measured the machine, so none is judged), or a check missed only because an action took
 effect late inside its window. A CI job can retry, or run the scenario slower, rather than
 report a failure of the fleet."""
+EXIT_INTERRUPTED = 130
+"""The operator stopped the run (Ctrl+C): the report is partial and no check is judged."""
 
 Emit = Callable[[dict[str, Any]], None]
 """Receives each line of a run as it happens: samples and actions (``kind`` says which)."""
@@ -48,6 +51,8 @@ class RunReport:
     extra: dict[str, Any]
     keeping_up: KeepingUp | None = None
     """Live: whether the machine kept up; None on the simulator (virtual time never lags)."""
+    interrupted_at: float | None = None
+    """Scenario seconds when the operator stopped the run; None when it ran to its end."""
 
     @property
     def failed(self) -> tuple[CheckResult, ...]:
@@ -56,7 +61,10 @@ class RunReport:
 
     @property
     def judged(self) -> bool:
-        """False when the machine fell behind a live run: the checks measured the machine."""
+        """False when the run was interrupted, or the machine fell behind a live run (the
+        checks measured the machine)."""
+        if self.interrupted_at is not None:
+            return False
         return self.keeping_up is None or self.keeping_up.kept_up
 
     @property
@@ -76,10 +84,12 @@ class RunReport:
     @property
     def passed(self) -> bool:
         """Every check judged, and every one held."""
-        return not self.failed and not self.unjudged
+        return self.interrupted_at is None and not self.failed and not self.unjudged
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted_at is not None:
+            return EXIT_INTERRUPTED
         if not self.judged:
             return EXIT_NOT_JUDGED
         if self.judged_failures:
@@ -89,6 +99,9 @@ class RunReport:
     @property
     def verdict(self) -> str:
         """One line: passed, failed, or not judged and why."""
+        if self.interrupted_at is not None:
+            end = self.scenario.duration_s
+            return f"interrupted at t={self.interrupted_at:g} s of {end:g} s: checks not judged"
         if not self.judged:
             assert self.keeping_up is not None
             return "checks not judged: " + self.keeping_up.describe()
@@ -105,7 +118,8 @@ class RunReport:
     def _check_line(self, check: CheckResult) -> dict[str, Any]:
         if self.judged:
             return check.to_dict()
-        return dataclasses.replace(check, not_judged="machine fell behind").to_dict()
+        why = "machine fell behind" if self.interrupted_at is None else "interrupted"
+        return dataclasses.replace(check, not_judged=why).to_dict()
 
     def summary(self) -> dict[str, Any]:
         """The JSON object printed at the end of a run."""
@@ -118,6 +132,7 @@ class RunReport:
             **self.counts,
             **self.extra,
             **({} if self.keeping_up is None else {"machine": self.keeping_up.to_dict()}),
+            **({} if self.interrupted_at is None else {"interrupted_at": self.interrupted_at}),
             "checks": [self._check_line(c) for c in self.checks],
             "judged": self.judged,
             "passed": self.passed,
@@ -156,7 +171,10 @@ def finish_run(
     known_capacity: Callable[[], float | None],
     extra: dict[str, Any] | None = None,
     keeping_up: KeepingUp | None = None,
+    interrupted_at: float | None = None,
 ) -> RunReport:
+    """The report of a run; ``interrupted_at`` (scenario seconds) ends it early: no check is
+    judged, and the requests still queued or running then count as ``stopped``."""
     rec.finish()
     measured = Measured(rec, scenario.duration_s, capacity_at, lost_arrivals)
     late = _late_actions(scenario, rec)
@@ -169,6 +187,8 @@ def finish_run(
         for a in rec.actions
         if not a.ok
     ]
+    if interrupted_at is not None:
+        results = []  # the run's windows were cut short: nothing to measure them by
     outcomes = Counter(r.outcome or "unfinished" for r in rec.requests.values())
     counts = {
         "offered": len(rec.requests) + len(lost_arrivals),
@@ -176,6 +196,8 @@ def finish_run(
         "unfinished": outcomes.get("unfinished", 0),
         "lost": len(lost_arrivals),
     }
+    if interrupted_at is not None:
+        counts["stopped"] = counts.pop("unfinished")
     return RunReport(
         scenario,
         mode,
@@ -185,6 +207,7 @@ def finish_run(
         known_capacity(),
         extra or {},
         keeping_up,
+        interrupted_at,
     )
 
 

@@ -77,7 +77,15 @@ def run_live_blocking(scenario: Scenario, emit: Emit) -> RunReport:
     return asyncio.run(run_live(scenario, emit))
 
 
-async def run_live(scenario: Scenario, emit: Emit, *, listen: str = "127.0.0.1:0") -> RunReport:
+async def run_live(
+    scenario: Scenario,
+    emit: Emit,
+    *,
+    listen: str = "127.0.0.1:0",
+    stop: asyncio.Event | None = None,
+) -> RunReport:
+    """Run the scenario live. ``stop`` set (the operator's Ctrl+C) ends it at once, with a
+    partial report (``RunReport.interrupted_at``)."""
     # Imported here: the HTTP stack is only needed live.
     from router.http.server import RouterServer
 
@@ -109,7 +117,7 @@ async def run_live(scenario: Scenario, emit: Emit, *, listen: str = "127.0.0.1:0
         )
         stack.push_async_callback(load.stop)
         await load.start()
-        return await _drive(scenario, server, emulator, load, workload, emit)
+        return await _drive(scenario, server, emulator, load, workload, emit, stop)
     raise AssertionError("unreachable: the block above returns or raises")
 
 
@@ -120,6 +128,7 @@ async def _drive(
     load: LoadProcess,
     workload: Workload,
     emit: Emit,
+    stop: asyncio.Event | None = None,
 ) -> RunReport:
     scale = scenario.fleet.time_scale
     core = server.core
@@ -156,10 +165,15 @@ async def _drive(
     lag = LoopLag()
     ticker = asyncio.create_task(lag.run())
     try:
-        await load.drained()
+        interrupted_at = await _drained_or_stopped(load, stop, now)
         # The run ends here; what the cut-offs and the shutdown do is not part of it.
         rec.finish()
         ticker.cancel()
+        if interrupted_at is not None:
+            return finish_run(
+                scenario, "live", rec, workload.capacity_at, [], workload.known_capacity,
+                {"time_scale": scale}, interrupted_at=interrupted_at,
+            )  # fmt: skip
         shares = {} if emulator is None else await emulator.clock_shares()
         load.cut_off()
         report = await load.report()
@@ -175,6 +189,24 @@ async def _drive(
     return finish_run(
         scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra, kept
     )
+
+
+async def _drained_or_stopped(
+    load: LoadProcess, stop: asyncio.Event | None, now: Callable[[], float]
+) -> float | None:
+    """Until the load's drain ends (None) or the operator stops the run (the scenario time
+    it stopped at)."""
+    if stop is None:
+        await load.drained()
+        return None
+    drained = asyncio.ensure_future(load.drained())
+    stopped = asyncio.ensure_future(stop.wait())
+    done, pending = await asyncio.wait({drained, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return None if drained in done else round(now(), 3)
 
 
 async def _at_times(

@@ -8,6 +8,7 @@ well under a second.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -47,7 +48,19 @@ class _ScenarioSimulation(Simulation):
         return request
 
 
-def run_simulated(scenario: Scenario, emit: Emit) -> RunReport:
+class _InterruptError(Exception):
+    """The operator stopped the run; raised out of the simulation at a whole second."""
+
+    def __init__(self, t: float) -> None:
+        super().__init__(t)
+        self.t = t
+
+
+def run_simulated(
+    scenario: Scenario, emit: Emit, stop: Callable[[], bool] | None = None
+) -> RunReport:
+    """Run the scenario on the simulator. ``stop`` is asked after each per-second sample:
+    true ends the run there, with a partial report (``RunReport.interrupted_at``)."""
     workload = Workload(scenario)
     fleet = scenario.fleet.config
     strategy = scenario.strategy or fleet.router.strategy.name
@@ -67,6 +80,8 @@ def run_simulated(scenario: Scenario, emit: Emit) -> RunReport:
 
     def sample(t: float) -> None:
         emit(sample_line(rec.sample(t)))
+        if stop is not None and stop():
+            raise _InterruptError(t)
 
     for action in scenario.actions:
         sim.at(action.at_s, partial(act, action))
@@ -76,10 +91,20 @@ def run_simulated(scenario: Scenario, emit: Emit) -> RunReport:
         _ShotArrival(s.at_s, s.prompt_tokens, _output(s), s.max_tokens, s.priority)
         for s in workload.shots()
     )
-    sim.run(arrivals, scenario.duration_s, drain_s=scenario.drain_s)
+    interrupted_at: float | None = None
+    try:
+        sim.run(arrivals, scenario.duration_s, drain_s=scenario.drain_s)
+    except _InterruptError as interrupt:
+        interrupted_at = interrupt.t
     lost = [t for rid, t in sim.offered.items() if rid not in rec.requests]
     return finish_run(
-        scenario, "simulate", rec, workload.capacity_at, lost, workload.known_capacity
+        scenario,
+        "simulate",
+        rec,
+        workload.capacity_at,
+        lost,
+        workload.known_capacity,
+        interrupted_at=interrupted_at,
     )
 
 
