@@ -26,8 +26,8 @@ filter (``SMOOTH_S``). Where the performance model does not know the card or the
 efficiency is 1 at any concurrency (the rate at the concurrency it ran: a plain measurement)
 and the prior is the replica's static weight times the fleet's rate per unit of weight.
 
-Model runs take a tenth of a second or more: the live router does them on a worker thread
-(``ThreadFitter``) and keeps the prior it has until one is back.
+Model runs take a tenth of a second or more: the live router does them in a worker process
+(``ProcessFitter``) and keeps the prior it has until one is back.
 
 KV capacity: the engine's own figure from its /metrics (vLLM's ``vllm:cache_config_info``)
 where it gives one, else the fleet file's ``kv_capacity_tokens``, else the performance
@@ -215,7 +215,7 @@ class Prior:
 
 class Refit:
     """A model run asked for on a frozen sample of lengths, taken up when it is ready (the
-    live router runs them off the event loop: router/capacity_prior.py's ``ThreadFitter``)."""
+    live router runs them off the event loop: router/capacity_prior.py's ``ProcessFitter``)."""
 
     __slots__ = ("cost", "lengths", "point")
 
@@ -377,7 +377,7 @@ class FleetCapacity:
         self.catalog = catalog if catalog is not None else _catalog(fleet)
         self.prompt_factor = prompt_factor
         self.fitter: Fitter = InlineFitter()
-        """Runs the performance model; the live router swaps in a ``ThreadFitter``."""
+        """Runs the performance model; the live router swaps in a ``ProcessFitter``."""
         self.mix = MixTracker()
         self._mix_at_fit: FitPoint | None = None
         self._mix_refit: Refit | None = None

@@ -14,7 +14,7 @@ the lengths that no fitted distribution describes). The closed-form saturation f
 batch by up to 25% on a mixed length workload, and its KV-limited batch ignores that long
 requests hold more cache for longer; the stepped engine has neither error. A run takes
 0.1-0.25 s of CPU on this project's 2-core machine; results are cached per card, model and
-sample, so a fleet of identical cards costs one run. ``ThreadFitter`` runs them off the
+sample, so a fleet of identical cards costs one run. ``ProcessFitter`` runs them off the
 event loop for the live router; before any request has completed, a lognormal of a default
 shape stands in (``throughput_curve``).
 """
@@ -24,8 +24,10 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
 
 from router.errors import GpuRouterError
@@ -94,14 +96,16 @@ class InlineFitter:
         return sample_curve(deployment, lengths)
 
 
-class ThreadFitter:
-    """Runs the model on a worker thread: a run takes a tenth of a second or more of CPU,
+class ProcessFitter:
+    """Runs the model in a worker process: a run takes a tenth of a second or more of CPU,
     which on the event loop would hold every request the router is proxying for as long.
-    The thread still shares the interpreter, but the loop gets its turn every few
-    milliseconds instead of waiting for the whole run."""
+    A thread was tried first: it shares the interpreter's lock with the loop, which then
+    stalled 0.2-0.5 s while relaying streams during a run. The worker starts on the first
+    run (spawned, about a second) and keeps its own cache of runs; a worker that dies is
+    replaced and the run asked again."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capacity-model")
+        self._pool: ProcessPoolExecutor | None = None
         self._runs: dict[tuple[Deployment, tuple[tuple[int, int], ...]], Future[Curve | None]] = {}
 
     def curve(
@@ -110,16 +114,28 @@ class ThreadFitter:
         key = (deployment, lengths)
         run = self._runs.get(key)
         if run is None:
-            self._runs[key] = self._pool.submit(sample_curve, deployment, lengths)
+            self._runs[key] = self._executor().submit(sample_curve, deployment, lengths)
             return PENDING
         if not run.done():
             return PENDING
         del self._runs[key]
-        return run.result()
+        try:
+            return run.result()
+        except BrokenProcessPool:
+            self._pool = None  # the worker died: a new one takes the run when asked again
+            return PENDING
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         self._runs.clear()
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+        return self._pool
 
 
 def _bucket(median_mean: tuple[float, float]) -> tuple[int, int]:

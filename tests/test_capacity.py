@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from router.capacity import Source
-from router.capacity_prior import PENDING, InlineFitter, Pending, ThreadFitter
+from router.capacity_prior import PENDING, InlineFitter, Pending, ProcessFitter
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.config.schema import StrategyConfig
@@ -185,14 +185,14 @@ def test_a_model_run_under_way_keeps_the_prior_and_is_asked_again_on_the_same_le
     assert {r.id: r.speed for r in core.pool} == pytest.approx(before)
 
 
-def test_the_thread_fitter_answers_pending_then_the_models_curve() -> None:
+def test_the_process_fitter_answers_pending_then_the_models_curve() -> None:
     deployment = _core(FOUR_GENERATIONS).capacity.per_replica[0].prior.deployment
     assert deployment is not None
     lengths = tuple((500 + 7 * i, 100 + i) for i in range(60))
-    fitter = ThreadFitter()
+    fitter = ProcessFitter()
     try:
         answer = fitter.curve(deployment, lengths)
-        for _ in range(2000):  # bounded: a run takes well under a second of CPU
+        for _ in range(3000):  # bounded: the worker starts in about a second, a run takes less
             if not isinstance(answer, Pending):
                 break
             time.sleep(0.01)

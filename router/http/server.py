@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator
 
 import uvicorn
 
-from router.capacity_prior import ThreadFitter
+from router.capacity_prior import ProcessFitter
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.control import ControlSurface
@@ -85,7 +85,7 @@ class RouterServer:
             telemetry=telemetry,
             engine_metrics=self.engine_metrics.status,
         )
-        self._fitter = ThreadFitter()
+        self._fitter = ProcessFitter()
         self._servers: list[_EmbeddedUvicorn] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._addresses: list[str] = []
