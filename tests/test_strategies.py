@@ -340,8 +340,39 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
             assert chosen is None
             continue
         best = min((r.outstanding_cost + req.cost) / r.speed for r in eligible)
-        assert chosen is not None
-        assert (chosen.outstanding_cost + req.cost) / chosen.speed <= best * (1 + 1e-12)
+        full = [r for r in pool if not r.has_slot and r.fits(req)]
+        waiting = min(
+            ((r.outstanding_cost * (1 + 1 / r.in_flight) + req.cost) / r.speed for r in full),
+            default=math.inf,
+        )
+        if waiting < best * (1 - 1e-12):
+            assert chosen is None  # a full replica still finishes it sooner: it waits
+            continue
+        if waiting > best * (1 + 1e-12):
+            assert chosen is not None
+            assert (chosen.outstanding_cost + req.cost) / chosen.speed <= best * (1 + 1e-12)
+
+
+def test_sed_waits_for_a_fast_full_replica_rather_than_take_a_slow_free_slot() -> None:
+    """A fast card with every slot taken still finishes a request sooner than a slow card's
+    free slot: the request waits in the router for the fast card's next free slot."""
+    pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+    s = attach("shortest-expected-delay", pool)
+    fast, slow = pool.replicas
+    dispatch(pool, fast, request(0, 400))
+    dispatch(pool, fast, request(0, 400))  # full: backlog 800 / 8 = 100, a slot in 50
+    req = request(0, 400)
+    assert s.pick(req, 0.0) is None  # 100 + 50 + 400 / 8 = 200 < 0 + 400 / 1 = 400
+    dispatch(pool, slow, request(0, 3000))
+    dispatch(pool, slow, request(0, 3000))
+    assert s.pick(req, 0.0) is None  # nothing free
+    # A fast card far behind loses to the slow card's free slot.
+    pool2 = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+    s2 = attach("shortest-expected-delay", pool2)
+    fast2, slow2 = pool2.replicas
+    dispatch(pool2, fast2, request(0, 4000))
+    dispatch(pool2, fast2, request(0, 4000))  # backlog 1000, a slot in 500
+    assert s2.pick(request(0, 100), 0.0) is slow2  # 0 + 100 < 1000 + 500 + 12.5
 
 
 # ---- power of two choices ------------------------------------------------------------------

@@ -6,6 +6,12 @@ units per second, router/capacity.py): the seconds it would take to finish. Coun
 incoming request is what sends a long request to a strong card even when a weak one has a
 little less work queued.
 
+A replica with no free slot can still be the better place: after one of its requests ends
+(in about ``backlog / in_flight``) it finishes this one sooner than a slow card's free slot
+would, whose engine may only queue it behind a full KV cache. Then the pick is None and the
+request waits in the router's queue for that slot (late binding); this check reads the
+replicas without a free slot, O(full).
+
 Because the score depends on the request, no single heap key orders it. The pick is an exact
 branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
 by ``backlog = outstanding_cost / speed``. A replica's exact score is
@@ -30,7 +36,7 @@ from collections import Counter
 from contextlib import closing
 from typing import Any
 
-from router.replica import Replica
+from router.replica import Replica, ReplicaState
 from router.request import Request
 from router.strategies._index import ScoreIndex
 from router.strategies.base import Strategy
@@ -48,16 +54,20 @@ def _better(
 
 
 class _Group:
-    """The replicas of one GPU model: a heap by backlog, their largest speed, and whether
-    they all run at the same speed (then the heap's first entry is the group's exact best)."""
+    """The replicas of one GPU model: a heap by backlog, their largest speed, whether they
+    all run at the same speed (then the heap's first entry is the group's exact best), and
+    those in service without a free slot."""
 
-    __slots__ = ("_count", "_speed", "heaviest", "index", "uniform")
+    __slots__ = ("_count", "_speed", "full", "heaviest", "index", "uniform")
 
     def __init__(self, members: list[Replica]) -> None:
         self.index = ScoreIndex(_backlog)
         self.index.rebuild(members)
         self._speed = {r.index: r.speed for r in members}
         self._count = Counter(self._speed.values())
+        self.full: dict[int, Replica] = {}
+        for r in members:
+            self._note_full(r)
         self._refresh()
 
     def update(self, replica: Replica) -> None:
@@ -70,6 +80,13 @@ class _Group:
             self._count[replica.speed] += 1
             self._refresh()
         self.index.update(replica)
+        self._note_full(replica)
+
+    def _note_full(self, replica: Replica) -> None:
+        if replica.state is ReplicaState.ACTIVE and not replica.has_slot:
+            self.full[replica.index] = replica
+        else:
+            self.full.pop(replica.index, None)
 
     def _refresh(self) -> None:
         self.heaviest = max(self._count)
@@ -116,7 +133,27 @@ class ShortestExpectedDelay(Strategy):
                     if _backlog(r) + floor >= best_score:
                         break
                     best, best_score = _better(best, best_score, r, cost)
+        if best is not None and self._worth_waiting(request, best_score):
+            return None
         return best
+
+    def _worth_waiting(self, request: Request, best_score: float) -> bool:
+        """Whether a replica with no free slot would still finish the request sooner than the
+        best one with a slot, after waiting for one of its requests to end (its backlog over
+        the requests it runs). Then the request waits in the router's queue, and takes that
+        replica's next free slot: a fast card whose batch is full beats a slow card's free
+        slot, whose engine would only queue it behind a full KV cache."""
+        cost = request.cost
+        for group in self._groups:
+            for r in group.full.values():
+                wait = _backlog(r) / max(r.in_flight, 1)
+                if (
+                    _backlog(r) + wait + cost / r.speed < best_score
+                    and r.fits(request)
+                    and r.index not in request.avoid
+                ):
+                    return True
+        return False
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
         return _backlog(replica) + request.cost / replica.speed
