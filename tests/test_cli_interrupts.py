@@ -57,6 +57,8 @@ def test_a_command_without_a_report_of_its_own_says_interrupted_and_exits_130(
             out, err = proc.communicate(timeout=30)
         finally:
             os.close(fd)
+            if proc.poll() is None:
+                proc.kill()  # it ignored Ctrl+C: fail here rather than hang the suite
     assert (proc.returncode, out, err) == (130, "", "gpurouter config: interrupted\n")
 
 
