@@ -46,6 +46,19 @@ def writer_once_read(path: Path) -> int:
         time.sleep(0.01)  # polling: a FIFO gives no event for a reader that opened it
 
 
+def blocked_in_read(pid: int) -> None:
+    """Wait (bounded) until the process sleeps in its read of the FIFO. A signal that lands
+    between the interpreter's last check and the read system call is acted on only when the
+    read returns (the interpreter's own race, not the command's): sent earlier, Ctrl+C hung
+    the test about one time in six."""
+    wchan = Path(f"/proc/{pid}/wchan")
+    for _ in range(1000):
+        if "pipe" in wchan.read_text():
+            return
+        time.sleep(0.01)  # polling: nothing signals that a process went to sleep
+    raise AssertionError(f"never blocked reading the FIFO (last: {wchan.read_text()!r})")
+
+
 def test_a_command_without_a_report_of_its_own_says_interrupted_and_exits_130(
     fifo: Path,
 ) -> None:
@@ -53,6 +66,7 @@ def test_a_command_without_a_report_of_its_own_says_interrupted_and_exits_130(
     with gpurouter("config", "check", str(fifo)) as proc:
         fd = writer_once_read(fifo)
         try:
+            blocked_in_read(proc.pid)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:
