@@ -17,9 +17,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The child starts as from a shell: Ctrl+C at its default, whatever this test process
+# inherited or left behind (a child keeps an ignored or blocked SIGINT across exec).
+AS_FROM_A_SHELL = (
+    "import runpy, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); "
+    "sys.argv[0] = 'gpurouter'; "
+    "runpy.run_module('console.cli', run_name='__main__', alter_sys=True)"
+)
+
+
 def gpurouter(*argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "console.cli", *argv],
+        [sys.executable, "-c", AS_FROM_A_SHELL, *argv],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         text=True,
