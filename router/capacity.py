@@ -452,8 +452,9 @@ class FleetCapacity:
 
     def estimate(self, r: Replica, now: float) -> CapacityEstimate:
         acc = self.per_replica[r.index]
-        source = self._rate(r.index, now)[1]
-        rate = self._smoothed[r.index] or self._rate(r.index, now)[0]
+        raw, source = self._rate(r.index, now)
+        smoothed = self._smoothed[r.index]
+        rate = raw if smoothed is None else smoothed
         if r.weight_pinned:
             rate, source = r.weight * self.unit_rate, Source.OPERATOR
         kv, kv_source, kv_age = self._kv(r, now)

@@ -15,6 +15,19 @@ from router.config.schema import (
     StrategyConfig,
 )
 
+TWO_CARD_YAML = """\
+model: meta-llama/Llama-3.1-8B-Instruct
+nodes:
+  - name: n0
+    gpus:
+      - {index: 0, model: A100-80GB, memory_gib: 80}
+      - {index: 1, model: V100-32GB, memory_gib: 32}
+    replicas:
+      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
+      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
+"""
+"""A fleet file with one A100 and one V100 (endpoints are placeholders): the CLI tests'."""
+
 
 def make_fleet(
     weights: Sequence[float] = (2.0, 2.0, 1.0, 1.0),

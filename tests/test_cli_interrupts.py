@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fleet_factory import TWO_CARD_YAML
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -97,21 +99,9 @@ checks:
   - {{metric: failed, max: 0}}
 """
 
-FLEET = """\
-model: meta-llama/Llama-3.1-8B-Instruct
-nodes:
-  - name: n0
-    gpus:
-      - {index: 0, model: A100-80GB, memory_gib: 80}
-      - {index: 1, model: V100-32GB, memory_gib: 32}
-    replicas:
-      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
-      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
-"""
-
 
 def long_scenario(tmp_path: Path, scale: float) -> Path:
-    (tmp_path / "fleet.yaml").write_text(FLEET)
+    (tmp_path / "fleet.yaml").write_text(TWO_CARD_YAML)
     path = tmp_path / "long.yaml"
     path.write_text(SCENARIO.format(scale=scale))
     return path

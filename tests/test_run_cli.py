@@ -8,18 +8,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-
-FLEET = """\
-model: meta-llama/Llama-3.1-8B-Instruct
-nodes:
-  - name: n0
-    gpus:
-      - {index: 0, model: A100-80GB, memory_gib: 80}
-      - {index: 1, model: V100-32GB, memory_gib: 32}
-    replicas:
-      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
-      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
-"""
+from tests.fleet_factory import TWO_CARD_YAML
 
 DRILL = """\
 name: drain-drill
@@ -40,7 +29,7 @@ def test_each_sample_says_how_busy_each_replica_is_and_names_a_state_out_of_rota
 ) -> None:
     """`busy a100 42% v100 draining 3%`: a percentage of the batch, the state when not active
     (it read `a100:a0.42 v100:d0.03`)."""
-    (tmp_path / "fleet.yaml").write_text(FLEET)
+    (tmp_path / "fleet.yaml").write_text(TWO_CARD_YAML)
     (tmp_path / "drill.yaml").write_text(DRILL)
     assert main(["run", "--simulate", str(tmp_path / "drill.yaml")]) == 0
     lines = capsys.readouterr().out.splitlines()

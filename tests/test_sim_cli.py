@@ -14,6 +14,7 @@ import pytest
 
 from console.cli import main
 from router.strategies import STRATEGIES
+from tests.fleet_factory import TWO_CARD_YAML
 
 MIXED = Path(__file__).resolve().parents[1] / "examples" / "fleets" / "mixed-a100-v100.yaml"
 
@@ -55,20 +56,6 @@ gpus:
 """
 
 
-# Two cards, two kinds: the capacity measurement and each strategy's run take little time.
-SMALL_FLEET = """\
-model: meta-llama/Llama-3.1-8B-Instruct
-nodes:
-  - name: n0
-    gpus:
-      - {index: 0, model: A100-80GB, memory_gib: 80}
-      - {index: 1, model: V100-32GB, memory_gib: 32}
-    replicas:
-      - {id: a100, endpoint: "http://127.0.0.1:18001", gpus: [0]}
-      - {id: v100, endpoint: "http://127.0.0.1:18002", gpus: [1]}
-"""
-
-
 @pytest.fixture(autouse=True)
 def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
     """The table's layout follows $COLUMNS when stdout is not a terminal: none unless a test
@@ -79,7 +66,7 @@ def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def small_fleet(tmp_path: Path) -> str:
     path = tmp_path / "small.yaml"
-    path.write_text(SMALL_FLEET)
+    path.write_text(TWO_CARD_YAML)
     return str(path)
 
 
