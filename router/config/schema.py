@@ -42,7 +42,8 @@ class ReplicaConfig:
     endpoint: str
     """Base URL of the replica's OpenAI-compatible server, for example ``http://10.0.0.5:8000``."""
     model: str
-    """Model name the replica serves (defaults to the fleet's ``model``)."""
+    """Model name the replica serves (defaults to the fleet's ``model``): a declaration,
+    checked against the replica's own ``/v1/models``, which decides routing once known."""
     gpus: tuple[int, ...]
     """Indexes of the node's GPUs the replica uses; more than one means tensor parallelism."""
     gpu_model: str
@@ -177,6 +178,10 @@ class HealthConfig:
     """Longest ejection; after it a probe decides whether the replica comes back."""
     engine_metrics_interval_s: float = 2.0
     """How often each replica's own ``/metrics`` (queue, KV-cache usage) is read; 0: never."""
+    models_interval_s: float = 10.0
+    """How often each replica's ``/v1/models`` is read to learn the models it serves (also at
+    start, and when it is readmitted or undrained); 0: never, the fleet file's ``model`` is
+    trusted."""
 
 
 @dataclass(frozen=True, slots=True)
