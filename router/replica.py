@@ -96,6 +96,9 @@ class Replica:
     slowdown_norm: Ewma = field(default_factory=Ewma)
     """The same ratio's slow plain average: what is usual for this replica (requests share
     the engine with later arrivals, so the ratio is not 1 even when the rate is right)."""
+    served_models: tuple[str, ...] | None = None
+    """The model names the replica's own ``GET /v1/models`` listed last
+    (router/http/served_models.py); None: it has not answered yet."""
 
     @property
     def id(self) -> str:
@@ -141,9 +144,36 @@ class Replica:
             return t.utilization, True
         return min(1.0, len(self.running) / self.batch_size), False
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models requests may ask of it: what it said it serves, else what the fleet
+        file declares."""
+        served = self.served_models
+        return (self.config.model,) if served is None else served
+
+    def serves(self, model: str) -> bool:
+        """Whether requests for ``model`` may go here: the one rule of model-aware routing.
+
+        A replica that has not answered ``/v1/models`` yet is judged by the fleet file (the
+        only knowledge there is; the server asks every replica before it opens its doors); one
+        that answered is judged by what it said, so a replica serving another model than the
+        fleet file declares gets none of the declared model's requests, and takes requests
+        for what it does serve (two versions side by side, traffic moved by name)."""
+        served = self.served_models
+        return model == self.config.model if served is None else model in served
+
+    @property
+    def model_mismatch(self) -> str | None:
+        """``serves X, fleet file says Y`` when what the replica said it serves leaves out the
+        model the fleet file declares for it; None when it serves it or has not said."""
+        served = self.served_models
+        if served is None or self.config.model in served:
+            return None
+        return f"serves {', '.join(served) or 'nothing'}, fleet file says {self.config.model}"
+
     def fits(self, request: Request) -> bool:
         """Whether the replica could ever serve the request (its model, context and KV budget)."""
-        if request.model is not None and request.model != self.config.model:
+        if request.model is not None and not self.serves(request.model):
             return False
         need = request.total_tokens
         limit = self.config.max_context_tokens

@@ -1,7 +1,9 @@
 """The admin API: the router's state and the control surface over HTTP, on its own listener.
 
 - ``GET /admin/state``: the fleet snapshot as JSON, plus ``health`` and (when known)
-  ``telemetry`` and ``engine_metrics`` (poll errors and values refused as nonsense).
+  ``telemetry``, ``engine_metrics`` (poll errors and values refused as nonsense) and
+  ``served_models`` (per replica: declared and served models, the mismatch, the answer's
+  age, why the latest ask failed).
 - ``POST /admin/commands``: one control command (``{"command": "drain", "replica": "x"}``);
   answers the audit event: 200 applied, 409 refused; 400 when it cannot be read.
 - ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
@@ -56,12 +58,14 @@ class AdminApi:
         token: str | None = None,
         telemetry: Callable[[], TelemetryStatus] | None = None,
         engine_metrics: Callable[[], dict[str, Any]] | None = None,
+        served_models: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.core = core
         self.control = control
         self.health = health
         self.telemetry = telemetry
         self.engine_metrics = engine_metrics
+        self.served_models = served_models
         self._token = None if token is None else f"Bearer {token}".encode()
         self._followers: set[asyncio.Queue[Event | None]] = set()
 
@@ -116,13 +120,16 @@ class AdminApi:
         return None
 
     def state(self) -> dict[str, Any]:
-        """The snapshot as a dict, with the health monitor's view and the telemetry feed."""
+        """The snapshot as a dict, with the health monitor's view, the telemetry feed, the
+        engine metrics' poll status and what each replica said it serves."""
         data = self.core.snapshot().to_dict()
         data["health"] = self.health.status()
         if self.telemetry is not None:
             data["telemetry"] = dataclasses.asdict(self.telemetry())
         if self.engine_metrics is not None:
             data["engine_metrics"] = self.engine_metrics()
+        if self.served_models is not None:
+            data["served_models"] = self.served_models()
         return data
 
     async def _command(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:

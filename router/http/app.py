@@ -3,7 +3,7 @@
 | route | answer |
 |---|---|
 | ``POST /v1/chat/completions``, ``POST /v1/completions`` | proxied to a replica (proxy.py) |
-| ``GET /v1/models`` | the fleet's models |
+| ``GET /v1/models`` | what the replicas serve (served_models.py) |
 | ``GET /health`` | 200 while the process serves |
 | ``GET /ready`` | 200 while a replica in service answers (health.py), else 503 |
 | ``GET /metrics`` | Prometheus text (metrics.py) |
@@ -73,7 +73,7 @@ class FrontDoor:
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
         cards = [
             {"id": model, "object": "model", "created": self.created, "owned_by": "gpurouter"}
-            for model in self.proxy.by_model
+            for model in self.proxy.models.names()
         ]
         await send_json(send, 200, {"object": "list", "data": cards})
 

@@ -28,7 +28,6 @@ import asyncio
 import itertools
 import logging
 import os
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -53,8 +52,9 @@ from router.http.errors import (
     upstream_failed,
 )
 from router.http.parse import parse_request
+from router.http.served_models import ServedModels
 from router.http.upstream import failure_reason
-from router.replica import Replica, ReplicaState
+from router.replica import ReplicaState
 from router.request import Request
 
 if TYPE_CHECKING:
@@ -92,7 +92,10 @@ class Proxy:
         metrics: RouterMetrics,
         *,
         watch_after_s: float = WATCH_AFTER_S,
+        models: ServedModels | None = None,
     ) -> None:
+        """``models``: what each replica serves (router/http/served_models.py); by default
+        the fleet file's declarations, never asked."""
         self.router = router
         self.core = core = router.core
         self.upstream = upstream
@@ -101,9 +104,7 @@ class Proxy:
         fleet = core.fleet
         self.limit = fleet.server.max_body_bytes
         self.default_max_tokens = core.settings.cost.default_max_tokens
-        self.by_model: dict[str, list[Replica]] = defaultdict(list)
-        for r in core.pool:
-            self.by_model[r.config.model].append(r)
+        self.models = models if models is not None else ServedModels(core, interval_s=0)
         self.bases = [r.config.endpoint.rstrip("/") for r in core.pool]
         self.active: set[asyncio.Task[None]] = set()
         """Handlers in progress, so that stopping can wait for them."""
@@ -174,9 +175,9 @@ class Proxy:
             self.active.discard(task)
 
     def _check_model(self, model: str) -> None:
-        replicas = self.by_model.get(model)
+        replicas = self.models.replicas_for(model)
         if replicas is None:
-            raise model_not_found(model, sorted(self.by_model))
+            raise model_not_found(model, self.models.names())
         if not any(r.state is ReplicaState.ACTIVE for r in replicas):
             raise no_replica(f"no healthy replica serves `{model}` now")
 

@@ -35,6 +35,7 @@ from router.http.driver import AsyncRouter
 from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.proxy import Proxy
+from router.http.served_models import ServedModels
 from router.http.upstream import Upstream
 from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
@@ -75,7 +76,10 @@ class RouterServer:
             lambda: self.health.ejections_total,
             lambda: self.engine_metrics.rejected,
         )
-        self.proxy = Proxy(self.router, self.upstream, self.health, self.metrics)
+        self.served_models = ServedModels(self.core)
+        self.proxy = Proxy(
+            self.router, self.upstream, self.health, self.metrics, models=self.served_models
+        )
         self.front = FrontDoor(self.proxy, self.core, self.metrics)
         self.admin = AdminApi(
             self.core,
@@ -84,6 +88,7 @@ class RouterServer:
             token=admin_token,
             telemetry=telemetry,
             engine_metrics=self.engine_metrics.status,
+            served_models=self.served_models.status,
         )
         self._fitter = ProcessFitter()
         self._servers: list[_EmbeddedUvicorn] = []
@@ -130,6 +135,8 @@ class RouterServer:
             self.router.start()
             self.health.start()
             await self.engine_metrics.start()
+            # Before the front door opens: requests go where their model is served.
+            await self.served_models.start()
             apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
             for app, sock in zip(apps, sockets, strict=True):
                 server = _EmbeddedUvicorn(_config(app, self.fleet.server.client_keepalive_s))
@@ -159,6 +166,7 @@ class RouterServer:
         self._servers.clear()
         self._tasks.clear()
         await self.engine_metrics.stop()
+        await self.served_models.stop()
         await self.health.stop()
         await self.router.stop()
         self._fitter.close()
