@@ -78,6 +78,12 @@ class ReplicaSnapshot:
     """Age of the engine reading behind it (None for the fleet file or the prior)."""
     engine_preemptions: int | None = None
     """The engine's cumulative preemption count, from its /metrics."""
+    model: str = ""
+    """The model the fleet file declares for it."""
+    served_models: tuple[str, ...] | None = None
+    """What its own ``/v1/models`` listed last (None: not asked yet; the fleet file stands)."""
+    model_mismatch: str | None = None
+    """``serves X, fleet file says Y`` when what it serves leaves out the declared model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +224,9 @@ def _replica(
         kv_capacity_source=None if capacity.kv_source is None else str(capacity.kv_source),
         kv_capacity_age_s=capacity.kv_age_s,
         engine_preemptions=None if engine is None else engine.preemptions_total,
+        model=r.config.model,
+        served_models=r.served_models,
+        model_mismatch=r.model_mismatch,
     )
 
 

@@ -13,6 +13,7 @@ hot path pays only for the two latency histograms. Names:
 | ``gpurouter_replica_batch_size`` | gauge | ``replica`` |
 | ``gpurouter_replica_weight`` | gauge | ``replica`` |
 | ``gpurouter_replica_state`` | gauge (1 for the current state) | ``replica``, ``state`` |
+| ``gpurouter_replica_model_mismatch`` | gauge | ``replica``, ``declared``, ``served`` |
 | ``gpurouter_in_flight`` | gauge | |
 | ``gpurouter_queue_depth`` | gauge | |
 | ``gpurouter_queue_depth_by_priority`` | gauge | ``priority`` |
@@ -182,6 +183,7 @@ def _replicas(core: RouterCore) -> Iterable[Metric]:
         "gpurouter_replica_state", "1 for the replica's current state.", labels=["replica", "state"]
     )
     yield from _capacity(core)
+    yield _model_mismatch(core)
     for r in core.pool:
         requests.add_metric([r.id, "completed"], r.completed)
         requests.add_metric([r.id, "failed"], r.failed)
@@ -192,6 +194,23 @@ def _replicas(core: RouterCore) -> Iterable[Metric]:
         for s in ReplicaState:
             state.add_metric([r.id, str(s)], 1.0 if r.state is s else 0.0)
     yield from (requests, retries, in_flight, batch, weight, state)
+
+
+def _model_mismatch(core: RouterCore) -> Metric:
+    """Per replica that said what it serves (router/http/served_models.py): 1 when that leaves
+    out the model the fleet file declares for it, 0 when it serves it; ``served`` lists its
+    answer, comma-separated."""
+    family = GaugeMetricFamily(
+        "gpurouter_replica_model_mismatch",
+        "1 when the replica's /v1/models leaves out the model the fleet file declares for it "
+        "(it gets none of that model's requests); absent until the replica answered.",
+        labels=["replica", "declared", "served"],
+    )
+    for r in core.pool:
+        if r.served_models is not None:
+            labels = [r.id, r.config.model, ",".join(r.served_models)]
+            family.add_metric(labels, 0.0 if r.model_mismatch is None else 1.0)
+    return family
 
 
 def _capacity(core: RouterCore) -> Iterable[Metric]:
