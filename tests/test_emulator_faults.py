@@ -18,6 +18,7 @@ from tests.test_emulator_support import (
     fleet_config,
     json_chunks,
     sse_events,
+    until,
 )
 
 SPECS = (Spec("a"), Spec("b"))
@@ -101,6 +102,45 @@ async def test_a_replica_hung_mid_stream_sends_no_more_tokens(fleet: EmulatedFle
     await asyncio.wait_for(replica.driver.wait_idle(), 2.0)
 
 
+async def test_a_frozen_replica_answers_health_but_generates_nothing_until_thawed(
+    fleet: EmulatedFleet, client: httpx.AsyncClient
+) -> None:
+    """As a vLLM whose engine core is stopped: /health, /v1/models and /metrics answer, a
+    stream in flight gets no more tokens, a new request is accepted and waits; thawed, both
+    finish whole."""
+    replica = fleet.replica("a")
+    url = fleet.url("a")
+    texts: list[str] = []
+    first = asyncio.Event()
+
+    async def read_stream() -> None:
+        body = completion(100, 400, max_tokens=400, stream=True)
+        async with client.stream("POST", url + "/v1/completions", json=body) as r:
+            async for text in r.aiter_text():
+                texts.append(text)
+                first.set()
+
+    reader = asyncio.create_task(read_stream())
+    await first.wait()
+    await fleet.freeze("a")
+    steps = replica.engine.step_no
+    assert await _health(url) == 200
+    assert (await client.get(url + "/v1/models")).status_code == 200
+    assert (await client.get(url + "/metrics")).status_code == 200
+    late = asyncio.create_task(client.post(url + "/v1/completions", json=completion(10, 2)))
+    await until(lambda: replica.driver.in_flight == 2)
+    await asyncio.sleep(0.2)  # hundreds of steps' time at this scale: none may run
+    assert replica.engine.step_no <= steps + 1  # the step running at the freeze may end
+    assert not late.done()
+    assert not reader.done()
+    assert fleet.faults()["a"]["frozen"] is True
+    await fleet.thaw("a")
+    assert (await late).status_code == 200
+    await reader
+    assert len(json_chunks(sse_events("".join(texts)))) == 400
+    assert fleet.faults()["a"]["frozen"] is False
+
+
 async def test_fail_fraction_with_a_seed_fails_the_same_requests_every_time(
     fleet: EmulatedFleet, client: httpx.AsyncClient
 ) -> None:
@@ -178,3 +218,10 @@ async def test_the_control_listener_sets_and_lists_faults(
     assert bad.status_code == 400
     garbled = await client.post(control + "/faults/a", content=b"{")
     assert garbled.status_code == 400
+
+    frozen = await client.post(control + "/faults/b", json={"fault": "freeze"})
+    assert frozen.json()["faults"]["frozen"] is True
+    assert fleet.replica("b").driver.frozen
+    thawed = await client.post(control + "/faults/b", json={"fault": "thaw"})
+    assert thawed.json()["faults"]["frozen"] is False
+    assert not fleet.replica("b").driver.frozen

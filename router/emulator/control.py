@@ -2,8 +2,9 @@
 
 - ``GET /faults``: every replica's faults, by id.
 - ``POST /faults/<replica>`` with ``{"fault": "kill" | "hang" | "slow" | "fail" | "refuse" |
-  "heal" | "revive", "factor": 3.0, "fraction": 0.5, "seed": 7}``: set one (``factor`` for
-  ``slow``, ``fraction`` and an optional ``seed`` for ``fail``); answers the replica's faults.
+  "freeze" | "thaw" | "heal" | "revive", "factor": 3.0, "fraction": 0.5, "seed": 7}``: set
+  one (``factor`` for ``slow``, ``fraction`` and an optional ``seed`` for ``fail``); answers
+  the replica's faults.
 
 A refused command answers 400 (404 for an unknown replica) with ``{"error": {"message"}}``.
 """

@@ -91,6 +91,10 @@ class EngineDriver:
         self._clock_wall = 0.0
         self._step_s: float | None = None
         self._wall_target = 0.0
+        self._thawed = asyncio.Event()
+        """Clear while frozen: the loop starts no step until it is set again."""
+        self._thawed.set()
+        self._frozen_at = 0.0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -173,6 +177,29 @@ class EngineDriver:
             raise ValueError(f"slowdown factor must be > 0, got {factor}")
         self.engine.cost = self._base_cost if factor == 1 else _Slowed(self._base_cost, factor)
 
+    @property
+    def frozen(self) -> bool:
+        return not self._thawed.is_set()
+
+    def freeze(self) -> None:
+        """Start no more steps (the ``freeze`` fault): requests are still queued, none
+        advances. A step already running finishes, as a GPU finishes the kernel it began."""
+        if self._thawed.is_set():
+            self._frozen_at = asyncio.get_running_loop().time()
+            self._thawed.clear()
+
+    def thaw(self) -> None:
+        """Run steps again, from where the engine stood."""
+        if self._thawed.is_set():
+            return
+        wall = asyncio.get_running_loop().time()
+        if not self._idle.is_set():
+            # A busy engine's clock stood still while frozen; the requests it held waited in
+            # engine time too (a real engine's TTFT counts the freeze).
+            self._clock_v += (wall - max(self._frozen_at, self._clock_wall)) * self.time_scale
+            self._clock_wall = wall
+        self._thawed.set()
+
     def busy_reading(self) -> tuple[float, float]:
         """The loop's clock now, and the engine seconds spent in steps up to then.
 
@@ -202,6 +229,9 @@ class EngineDriver:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            if not self._thawed.is_set():
+                await self._thawed.wait()
+                self._wall_target = loop.time()
             duration = 0.0 if self.engine.idle else self.engine.start_step()
             if duration <= 0.0:
                 # Idle, or the queue's head cannot be admitted until something is cancelled.

@@ -7,6 +7,11 @@
 - ``slow``: every engine step takes ``factor`` times as long.
 - ``fail``: a ``fraction`` of completion requests answer 500, drawn from a seeded generator.
 - ``refuse``: the listener closes; connections already open carry on.
+- ``freeze``: the engine stops stepping while the server answers on: ``/health``, ``/v1/models``
+  and ``/metrics`` as usual, requests accepted (streams get their headers) but no token comes
+  out and nothing new is admitted, until ``thaw``. What a vLLM whose engine core is stopped
+  (a hung GPU, a stuck collective) looks like from outside.
+- ``thaw``: the engine steps again; the streams it held carry on where they stood.
 - ``heal`` (or ``revive``): all of it undone.
 """
 
@@ -20,7 +25,7 @@ from router.errors import ControlError
 
 __all__ = ["FaultCommand", "FaultName", "FaultState", "parse_fault_command"]
 
-FaultName = Literal["kill", "hang", "slow", "fail", "refuse", "heal", "revive"]
+FaultName = Literal["kill", "hang", "slow", "fail", "refuse", "freeze", "thaw", "heal", "revive"]
 _NAMES: tuple[str, ...] = get_args(FaultName)
 
 
@@ -31,6 +36,7 @@ class FaultState:
     killed: bool = False
     refusing: bool = False
     hung: bool = False
+    frozen: bool = False
     slow_factor: float = 1.0
     fail_fraction: float = 0.0
 
@@ -47,6 +53,7 @@ class FaultState:
             "killed": self.killed,
             "refusing": self.refusing,
             "hung": self.hung,
+            "frozen": self.frozen,
             "slow_factor": self.slow_factor,
             "fail_fraction": self.fail_fraction,
         }

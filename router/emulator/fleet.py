@@ -150,6 +150,14 @@ class EmulatedFleet:
         """Accept and read requests, answer nothing until healed."""
         self.replica(replica_id).hang()
 
+    async def freeze(self, replica_id: str) -> None:
+        """Stop the engine (no token, nothing admitted) while the server answers on."""
+        self.replica(replica_id).freeze()
+
+    async def thaw(self, replica_id: str) -> None:
+        """Let a frozen engine step again."""
+        self.replica(replica_id).thaw()
+
     async def slow(self, replica_id: str, factor: float) -> None:
         """Every engine step takes ``factor`` times as long."""
         self.replica(replica_id).slow(factor)
@@ -174,6 +182,10 @@ class EmulatedFleet:
                 await replica.refuse()
             case "hang":
                 replica.hang()
+            case "freeze":
+                replica.freeze()
+            case "thaw":
+                replica.thaw()
             case "slow":
                 replica.slow(command.factor)
             case "fail":

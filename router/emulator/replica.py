@@ -176,6 +176,15 @@ class EmulatedReplica:
         self.faults.hung = True
         self.answering.clear()
 
+    def freeze(self) -> None:
+        """The engine stops stepping; the server goes on answering (router/emulator/faults.py)."""
+        self.faults.frozen = True
+        self.driver.freeze()
+
+    def thaw(self) -> None:
+        self.faults.frozen = False
+        self.driver.thaw()
+
     def slow(self, factor: float) -> None:
         check_fault_values(factor, 0.0)
         self.faults.slow_factor = factor
@@ -191,6 +200,7 @@ class EmulatedReplica:
         """Undo every fault; a killed or refusing replica listens again on its port."""
         self.faults = FaultState()
         self.answering.set()
+        self.driver.thaw()
         self.driver.set_slowdown(1.0)
         if self._site is None and self._runner is not None:
             await self._listen()
