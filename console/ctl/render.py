@@ -55,6 +55,7 @@ def status_view(state: State) -> RenderableType:
     parts: list[RenderableType] = [*_header(state), _replica_table(state)]
     if state["replicas"] and "capacity_rps" in state["replicas"][0]:
         parts.append(_capacity_table(state))  # absent from a router that does not learn it
+    parts.extend(_model_lines(state))
     parts.extend(_health_lines(state))
     telemetry = state.get("telemetry")
     if telemetry:
@@ -150,6 +151,16 @@ def util_cell(r: State) -> Text:
     else:
         source, style = "router", "dim"
     return Text(f"{pct(r['utilization'])} {source}", style=style)
+
+
+def _model_lines(state: State) -> list[Text]:
+    """``model: b serves Qwen2.5-7B, fleet file says Llama-3.1-8B`` for each replica whose
+    ``/v1/models`` leaves out its declared model (absent from a router that does not ask)."""
+    return [
+        Text(f"model: {r['id']} {r['model_mismatch']}", style="red")
+        for r in state["replicas"]
+        if r.get("model_mismatch")
+    ]
 
 
 def _health_lines(state: State) -> list[Text]:

@@ -13,10 +13,11 @@ SHOWN_CANDIDATES = 3
 
 
 def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
+    """The replica's facts, a line each; a model mismatch adds a line of its own."""
     pin_w = " (pinned)" if r.weight_pinned else ""
     pin_b = " (pinned)" if r.batch_pinned else ""
     util_src = "GPU" if r.utilization_from_telemetry else "router estimate"
-    return (
+    lines = (
         (
             (r.id, Tone.ACCENT),
             (f"  on {r.node}, {r.gpu_model} x{len(r.gpus)}, tier {r.tier}  ", Tone.DIM),
@@ -49,6 +50,13 @@ def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
             (duration(r.telemetry_age_s), Tone.WARN if r.stale else Tone.NORMAL),
         ),
     )
+    if r.model_mismatch is None:
+        return lines
+    flag: tuple[Cell, ...] = (
+        ("model ", Tone.DIM),
+        (f"⚠ {r.model_mismatch}: none of {r.model}'s requests go here", Tone.BAD),
+    )
+    return (*lines, flag)
 
 
 def _score(value: float | None) -> str:

@@ -58,6 +58,7 @@ _STATE_SYMBOL = {
     "failing": ("✖", Tone.BAD),
     "offline": ("✖", Tone.BAD),
     "stale": ("⚠", Tone.WARN),
+    "mismatch": ("⚠", Tone.BAD),
     "spare": ("·", Tone.DIM),
     "lost": ("✖", Tone.BAD),
 }
@@ -66,9 +67,10 @@ _STATE_RANK = {
     "failing": 1,
     "offline": 2,
     "lost": 3,
-    "stale": 4,
-    "draining": 5,
-    "drained": 6,
+    "mismatch": 4,
+    "stale": 5,
+    "draining": 6,
+    "drained": 7,
 }
 
 
@@ -82,8 +84,8 @@ class GpuRow:
     gpu_model: str
     replica: str | None
     state: str
-    """Shown state: active, draining, drained, ejected, failing, stale, offline, lost or
-    spare."""
+    """Shown state: active, draining, drained, ejected, failing, mismatch, stale, offline,
+    lost or spare."""
     util: float
     util_fresh: bool
     """From a fresh GPU reading; False: the router's own estimate."""
@@ -120,7 +122,9 @@ def shown_state(
     """Operator states first (they were chosen); then what the data says; then active.
 
     ``failing``: in service, but its latest request or health check failed (the router's
-    health monitor), so it cannot be counted on to take a request before it is ejected."""
+    health monitor), so it cannot be counted on to take a request before it is ejected.
+    ``mismatch``: in service, but its ``/v1/models`` leaves out the model the fleet file
+    declares for it (it gets none of that model's requests)."""
     if replica is None:
         return "spare"
     if replica.state == "ejected":
@@ -131,6 +135,8 @@ def shown_state(
         return "offline"
     if replica.state != "active":
         return replica.state
+    if replica.model_mismatch is not None:
+        return "mismatch"
     if replica.stale or (feed is not None and feed.stale):
         return "stale"
     return "active"
