@@ -198,6 +198,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (HealthConfig, "eject_after_failures"): _at_least(0),
     (HealthConfig, "eject_base_s"): _above(0),
     (HealthConfig, "eject_max_s"): _above(0),
+    (HealthConfig, "stream_idle_max_s"): _at_least(0),
     (HealthConfig, "engine_metrics_interval_s"): _at_least(0),
     (HealthConfig, "models_interval_s"): _at_least(0),
     (ServerConfig, "listen"): _host_port,

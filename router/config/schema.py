@@ -176,6 +176,14 @@ class HealthConfig:
     """How long the first ejection lasts; each ejection in a row doubles it."""
     eject_max_s: float = 300.0
     """Longest ejection; after it a probe decides whether the replica comes back."""
+    stream_idle_max_s: float = 2.5
+    """Ceiling of each replica's idle limit: a stream that relays nothing for longer than the
+    limit ends with an error event, and a replica that holds work and sends nothing for that
+    long is probed at once with a one-token generation; if that fails it is ejected and the
+    requests on it that have sent nothing to their client yet are re-run elsewhere. The limit
+    is learned from the replica's gaps between chunks (5 times their 99th percentile, at least
+    1 s); a replica with none observed yet gets this ceiling. A frozen replica is out within
+    this plus ``check_timeout_s``. 0 turns the watch off."""
     engine_metrics_interval_s: float = 2.0
     """How often each replica's own ``/metrics`` (queue, KV-cache usage) is read; 0: never."""
     models_interval_s: float = 10.0
