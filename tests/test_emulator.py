@@ -137,7 +137,7 @@ async def test_chat_stream_opens_with_the_role_and_ends_with_a_usage_chunk(
     tokens = chunks[1:-1]
     assert "".join(c["choices"][0]["delta"]["content"] for c in tokens) == filler_text(4)
     assert tokens[-1]["choices"][0]["finish_reason"] == "length"
-    assert all(c["usage"] is None for c in chunks[:-1])
+    assert all("usage" not in c for c in chunks[:-1])  # as vLLM: only the last carries it
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}
 
@@ -157,51 +157,35 @@ def _body(**fields: object) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("replica", "body", "status", "param", "code"),
+    ("replica", "body", "status", "param"),
     [
-        pytest.param("a100", b"{not json", 400, None, None, id="malformed"),
-        pytest.param("a100", b'["a list"]', 400, None, None, id="not-an-object"),
-        pytest.param("a100", _body(prompt=None), 400, "prompt", None, id="no-prompt"),
-        pytest.param("a100", _body(model=None), 400, "model", None, id="no-model"),
-        pytest.param("a100", _body(max_tokens=0), 400, "max_tokens", None, id="zero-max-tokens"),
-        pytest.param(
-            "a100", _body(model="gpt-4o"), 404, "model", "model_not_found", id="unknown-model"
-        ),
-        pytest.param(
-            "tiny-kv",
-            _body(max_tokens=4096),
-            400,
-            "prompt",
-            "context_length_exceeded",
-            id="over-max-context",
-        ),
-        pytest.param(
-            "tiny-kv",
-            _body(max_tokens=3000),
-            400,
-            "prompt",
-            "context_length_exceeded",
-            id="over-kv-capacity",
-        ),
+        pytest.param("a100", b"{not json", 400, None, id="malformed"),
+        pytest.param("a100", b'["a list"]', 400, None, id="not-an-object"),
+        pytest.param("a100", _body(prompt=None), 400, "prompt", id="no-prompt"),
+        pytest.param("a100", _body(model=None), 400, "model", id="no-model"),
+        pytest.param("a100", _body(max_tokens=0), 400, "max_tokens", id="zero-max-tokens"),
+        pytest.param("a100", _body(model="gpt-4o"), 404, "model", id="unknown-model"),
+        pytest.param("tiny-kv", _body(max_tokens=4096), 400, "prompt", id="over-max-context"),
+        pytest.param("tiny-kv", _body(max_tokens=3000), 400, "prompt", id="over-kv-capacity"),
     ],
 )
-async def test_bad_requests_answer_an_openai_error_body(
+async def test_bad_requests_answer_vllms_error_body(
     fleet: EmulatedFleet,
     client: httpx.AsyncClient,
     replica: str,
     body: bytes,
     status: int,
     param: str | None,
-    code: str | None,
 ) -> None:
+    """As vLLM: the type names the status (``BadRequestError``), the code is the status."""
     url = fleet.url(replica) + "/v1/completions"
     response = await client.post(url, content=body, headers={"content-type": "application/json"})
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"]
-    assert error["type"] == "invalid_request_error"
-    assert (error["param"], error["code"]) == (param, code)
+    assert error["type"] == {400: "BadRequestError", 404: "NotFoundError"}[status]
+    assert (error["param"], error["code"]) == (param, status)
 
 
 async def test_metrics_carry_vllm_names_and_count_tokens(
@@ -211,7 +195,7 @@ async def test_metrics_carry_vllm_names_and_count_tokens(
     await client.post(base + "/v1/completions", json=completion(300, 20, max_tokens=20))
     await client.post(base + "/v1/completions", json=completion(100, 5, max_tokens=5))
     text = await scrape(client, base)
-    label = f'{{model_name="{MODEL}"}}'
+    label = f'{{engine="0",model_name="{MODEL}"}}'
     assert metric(text, "vllm:prompt_tokens_total" + label) == 400
     assert metric(text, "vllm:generation_tokens_total" + label) == 25
     assert metric(text, "vllm:time_to_first_token_seconds_count" + label) == 2

@@ -154,7 +154,7 @@ async def test_fail_fraction_with_a_seed_fails_the_same_requests_every_time(
     assert 4 <= statuses[0].count(500) <= 20
     assert set(statuses[0]) == {200, 500}
     failed = next(r for r in runs[0] if r.status_code == 500)
-    assert failed.json()["error"]["type"] == "server_error"
+    assert failed.json()["error"]["type"] == "InternalServerError"
     await fleet.heal("a")
     healed = [(await client.post(url, json=completion(10, 1))).status_code for _ in range(8)]
     assert healed == [200] * 8

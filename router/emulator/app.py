@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from router.emulator.driver import Generation
-from router.emulator.metrics import CONTENT_TYPE
+from router.emulator.metrics import CONTENT_TYPE, FinishedRequest
 from router.emulator.openai_format import (
     ResponseHeader,
     StreamChunks,
     completion_body,
     models_body,
+    version_body,
 )
 from router.emulator.openai_request import ApiError, CompletionRequest, Kind, parse_request
 
@@ -54,13 +55,22 @@ def build_app(replica: EmulatedReplica) -> web.Application:
     async def health(_: web.Request) -> web.StreamResponse:
         return web.Response()
 
+    async def version(_: web.Request) -> web.StreamResponse:
+        return web.json_response(version_body())
+
     async def metrics(_: web.Request) -> web.StreamResponse:
         body = replica.metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_post("/v1/completions", _hangable(replica, completions))
     app.router.add_post("/v1/chat/completions", _hangable(replica, chat))
-    for path, handler in (("/v1/models", models), ("/health", health), ("/metrics", metrics)):
+    routes = (
+        ("/v1/models", models),
+        ("/health", health),
+        ("/version", version),
+        ("/metrics", metrics),
+    )
+    for path, handler in routes:
         app.router.add_get(path, _hangable(replica, handler))
     return app
 
@@ -87,7 +97,7 @@ async def _complete(
         req = parse_request(kind, await request.read())
         job = replica.plan(req)
         if replica.draws_failure():
-            raise ApiError(500, "emulated failure (fault injection)", error_type="server_error")
+            raise ApiError(500, "emulated failure (fault injection)")
     except ApiError as exc:
         return _error(exc)
     gen = replica.driver.submit(job.prompt_tokens, job.output_tokens)
@@ -101,7 +111,29 @@ async def _complete(
         body = completion_body(head, job.output_tokens, job.finish_reason, job.prompt_tokens)
         return web.json_response(body)
     finally:
+        _report_end(replica, gen, job, req.max_tokens)
         replica.driver.release(gen)
+
+
+def _report_end(
+    replica: EmulatedReplica, gen: Generation, job: Job, max_tokens: int | None
+) -> None:
+    """A request the engine finished, to the metrics (an unfinished one is an abort, which
+    the driver reports when it is released)."""
+    first, finished = gen.first_token_at, gen.finished_at
+    if first is None or finished is None:
+        return
+    done = FinishedRequest(
+        arrived_at=gen.arrived_at,
+        scheduled_at=gen.arrived_at if gen.scheduled_at is None else gen.scheduled_at,
+        first_token_at=first,
+        finished_at=finished,
+        prompt_tokens=job.prompt_tokens,
+        output_tokens=job.output_tokens,
+        finish_reason=job.finish_reason,
+        max_tokens=max_tokens,
+    )
+    replica.metrics.on_request_end(done)
 
 
 async def _stream(

@@ -37,6 +37,8 @@ class EngineObserver(Protocol):
 
     def on_aborted(self, generated_tokens: int) -> None: ...
 
+    def on_step(self, duration_s: float, decode_tokens: int, prefill_tokens: int) -> None: ...
+
 
 @dataclass(eq=False, slots=True)
 class Generation:
@@ -45,6 +47,8 @@ class Generation:
     seq: Sequence
     arrived_at: float
     """Engine time the request arrived."""
+    scheduled_at: float | None = None
+    """Engine time its prefill first began (the end of its wait in the queue)."""
     first_token_at: float | None = None
     finished_at: float | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -239,6 +243,7 @@ class EngineDriver:
                 await self._work.wait()
                 self._wall_target = loop.time()
                 continue
+            self._began(duration)
             now = loop.time()
             self._clock_wall, self._step_s = now, duration
             self._wall_target = (
@@ -249,6 +254,16 @@ class EngineDriver:
             self._clock_v += duration
             self._clock_wall, self._step_s = loop.time(), None
             self._dispatch(out)
+
+    def _began(self, duration: float) -> None:
+        """A step starts at engine time ``_clock_v``: stamp the requests it schedules first."""
+        for seq in self.engine.prefilling:  # short: the sequences this step's budget reaches
+            gen = self._live.get(seq.id)
+            if gen is not None and gen.scheduled_at is None:
+                gen.scheduled_at = self._clock_v
+        if self._observer is not None:
+            decode = len(self.engine.decoding)
+            self._observer.on_step(duration, decode, self.engine.step_prefill_tokens)
 
     def _go_idle(self, wall: float) -> None:
         self._work.clear()

@@ -2,8 +2,9 @@
 
 A stream is Server-Sent Events: one ``data: {chunk}`` event per generated token, the last
 token's chunk carrying ``finish_reason``, then (with ``stream_options.include_usage``) a chunk
-with no choices and the usage, then ``data: [DONE]``. Chat streams open with the assistant's
-role, sent with the first token.
+with no choices and the usage, then ``data: [DONE]``; no other chunk has a ``usage`` key.
+Chat streams open with a chunk of the assistant's role and empty content. The contract test
+(tests/contract/) holds these shapes to a recording of real vLLM.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ __all__ = [
     "models_body",
     "sse",
     "usage",
+    "version_body",
 ]
+
+EMULATED_VLLM_VERSION = "0.32.0"
+"""The vLLM version whose answers the emulator keeps to (tests/contract/)."""
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -104,11 +109,8 @@ class StreamChunks:
         else:
             choice["text"] = content
         choice |= {"logprobs": None, "finish_reason": finish_reason}
-        chunk = {**self._head.fields(self._obj), "choices": [choice]}
-        if self._include_usage:
-            # OpenAI: with include_usage every chunk has a usage key, null until the last.
-            chunk["usage"] = None
-        return sse(chunk)
+        # vLLM leaves usage out of every chunk but the last (OpenAI writes "usage": null).
+        return sse({**self._head.fields(self._obj), "choices": [choice]})
 
 
 def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
@@ -124,3 +126,8 @@ def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
         "permission": [],
     }
     return {"object": "list", "data": [card]}
+
+
+def version_body() -> dict[str, str]:
+    """``GET /version``: the vLLM version the emulator answers as."""
+    return {"version": EMULATED_VLLM_VERSION}

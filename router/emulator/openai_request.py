@@ -32,26 +32,25 @@ class ApiError(GpuRouterError):
 
     title = "request refused"
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        error_type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
+    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.type = error_type
         self.param = param
-        self.code = code
+
+    @property
+    def type(self) -> str:
+        """vLLM's name for the status: ``BadRequestError``, ``NotFoundError``, ..."""
+        return _ERROR_TYPES.get(self.status, "InternalServerError")
 
     def body(self) -> dict[str, Any]:
-        """``{"error": {"message", "type", "param", "code"}}``, as OpenAI writes it."""
+        """``{"error": {"message", "type", "param", "code"}}`` as vLLM writes it: the code is
+        the HTTP status."""
         error = {"message": self.message, "type": self.type, "param": self.param}
-        return {"error": {**error, "code": self.code}}
+        return {"error": {**error, "code": self.status}}
+
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ class EmulatedReplica:
         self.deployment = deployment_for(config, catalog)
         self.engine = engine_for(config, catalog)
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
-        self.metrics = ReplicaMetrics(config.model, self.engine)
+        self.metrics = ReplicaMetrics(config.model, self.engine, self.max_model_len)
         self.driver = EngineDriver(self.engine, time_scale=time_scale, observer=self.metrics)
         self.faults = FaultState()
         self.host = host
@@ -87,7 +87,7 @@ class EmulatedReplica:
         """The request's lengths; ApiError when this replica cannot serve it."""
         if req.model != self.config.model:
             message = f"The model `{req.model}` does not exist."
-            raise ApiError(404, message, param="model", code="model_not_found")
+            raise ApiError(404, message, param="model")
         prompt, limit = req.prompt_tokens, self.max_model_len
         asked = prompt + (req.max_tokens or 1)
         param = "messages" if req.kind == "chat" else "prompt"
@@ -97,14 +97,14 @@ class EmulatedReplica:
                 f"requested {asked} tokens ({prompt} in the {param}, {asked - prompt} in the "
                 "completion). Please reduce the length of the prompt or completion."
             )
-            raise ApiError(400, message, param=param, code="context_length_exceeded")
+            raise ApiError(400, message, param=param)
         kv_limit = self.kv_limit_tokens
         if asked > kv_limit:
             message = (
                 f"The request needs {asked} tokens of KV cache; this replica's cache holds "
                 f"{kv_limit} for one request. Please reduce the length of the prompt or completion."
             )
-            raise ApiError(400, message, param=param, code="context_length_exceeded")
+            raise ApiError(400, message, param=param)
         return self._lengths_of(req, min(limit, kv_limit) - prompt)
 
     def _lengths_of(self, req: CompletionRequest, room: int) -> Job:

@@ -95,6 +95,11 @@ class Engine:
     def kv_usage(self) -> float:
         return self.kv_used / self.kv_capacity
 
+    @property
+    def step_prefill_tokens(self) -> int:
+        """Prompt tokens the step composed by ``start_step`` prefills (0 between steps)."""
+        return 0 if self._plan is None else sum(n for _, n in self._plan[1])
+
     def add(self, seq: Sequence) -> None:
         if seq.prompt_tokens + seq.output_tokens > self.kv_capacity:
             raise ValueError(f"{seq.id} needs more KV cache than the replica has")
