@@ -35,7 +35,7 @@ from router.core import CoreListener, RouterCore
 from router.errors import UpstreamError
 from router.replica import Replica, ReplicaState
 
-__all__ = ["MODELS_PATH", "ModelListError", "ServedModels", "parse_model_list"]
+__all__ = ["MODELS_PATH", "ModelListError", "ServedModels", "model_table", "parse_model_list"]
 
 log = logging.getLogger("gpurouter.http")
 
