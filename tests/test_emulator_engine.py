@@ -31,7 +31,7 @@ SPECS = (
     Spec("small", kv_capacity=4096),
     Spec("tp", tp=2),
 )
-LABEL = f'{{model_name="{MODEL}"}}'
+LABEL = f'{{engine="0",model_name="{MODEL}"}}'
 
 
 @pytest.fixture
