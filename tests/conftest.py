@@ -10,6 +10,14 @@ import pytest
 from tests.mqtt_fixtures import BROKERS, Broker, Mosquitto, make_broker, mosquitto_binary
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--real-engines",
+        action="store_true",
+        help="run the tests against real vLLM engines (tests/real_engines, docs/real-engines.md)",
+    )
+
+
 @pytest.fixture
 async def mosquitto(tmp_path: Path) -> AsyncIterator[Mosquitto]:
     """A running Mosquitto on a free loopback port (skipped where it is not installed,
