@@ -5,10 +5,23 @@
   in a row eject the replica (``core.eject`` with the reason).
 - **Active**: every ``check_interval_s`` each replica in service is probed
   (``GET check_path``, ``check_timeout_s``); as many failed probes in a row eject it too.
+- **Silence** (router/http/silence.py): a stream that relayed nothing for longer than its
+  replica's idle limit (learned from the gaps between its chunks, at most
+  ``stream_idle_max_s``) ends with an error event, and a replica that holds work and sent
+  nothing for that long is suspect: either way it is probed at once with a real generation
+  (a one-token completion of its model). A frozen engine answers ``/health`` in a
+  millisecond, so only a generation tells. If the probe fails the replica is ejected (cause
+  ``silence``) and every attempt on it is stopped: the ones that have sent nothing to their
+  client are re-run on another replica, the streams end with an error event.
 - **Readmission**: an ejection lasts ``eject_base_s``, doubled for each ejection in a row (up
-  to ``eject_max_s``); when it ends a probe decides: a good answer readmits the replica, a bad
-  one keeps it out for the next, longer window. A replica that stays in service for
-  ``eject_max_s`` starts again from the base window.
+  to ``eject_max_s``); when it ends a generation probe decides: a replica that generates is
+  readmitted, one that does not stays out for the next, longer window. A replica that stays
+  in service for ``eject_max_s`` starts again from the base window.
+- The periodic check asks ``check_path`` (``/health``), not for a generation. A generation
+  every interval would cost little, but it finds nothing the silence watch misses: a frozen
+  replica that holds work goes silent and is probed within its idle limit, and one that holds
+  none harms no request until one is sent to it, which then goes unanswered just as long. The
+  cheap check still finds what the watch cannot see on an idle replica: a dead or hung server.
 
 Only replicas this monitor ejected are readmitted by it: an operator's ejection stays until
 the operator readmits. Ejections are visible in the replica's state, in ``status()`` (the
@@ -32,12 +45,17 @@ from dataclasses import dataclass
 from router.config.schema import HealthConfig
 from router.core import CoreListener, RouterCore
 from router.errors import ControlError
+from router.http.silence import SilenceWatch
 from router.replica import Replica, ReplicaState
 
-__all__ = ["Ejection", "HealthMonitor", "Probe"]
+__all__ = ["Ejection", "Generate", "HealthMonitor", "Probe"]
 
 Probe = Callable[[str, float], Awaitable[str | None]]
 """``probe(url, timeout_s)``: None when the replica answered well, else what went wrong."""
+Generate = Callable[[str, str, float], Awaitable[str | None]]
+"""``generate(url, model, timeout_s)``: None when the replica generated a token in time."""
+
+_BUSY = "a probe is already running"
 
 
 @dataclass(slots=True)
@@ -46,7 +64,8 @@ class Ejection:
 
     reason: str
     cause: str
-    """``failures`` (passive) or ``health_check`` (active)."""
+    """``failures`` (passive), ``health_check`` (active) or ``silence`` (a silent replica
+    that a generation probe found stuck)."""
     until: float
     in_row: int
     """Ejections in a row, this one included: the window is ``base * 2 ** (in_row - 1)``."""
@@ -58,12 +77,19 @@ class HealthMonitor(CoreListener):
         core: RouterCore,
         config: HealthConfig,
         probe: Probe | None = None,
+        *,
+        generate: Generate | None = None,
     ) -> None:
+        """``generate``: the probe after a silence and for readmission; without it ``probe``
+        (``GET check_path``) serves for both."""
         self.core = core
         self.config = config
         self.clock = core.clock
         self._probe = probe
+        self._generate = generate
         n = len(core.pool)
+        self.silence = SilenceWatch(n, config.stream_idle_max_s)
+        """The attempts in flight, their replicas' idle limits; the proxy reports to it."""
         self.failures = [0] * n
         """Consecutive failed requests per replica index."""
         self.probe_failures = [0] * n
@@ -78,6 +104,9 @@ class HealthMonitor(CoreListener):
         self._probing: set[int] = set()
         self._next_check = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._suspected: set[int] = set()
+        self._probes: set[asyncio.Task[None]] = set()
         core.listeners.append(self)
 
     # ---- passive --------------------------------------------------------------------------
@@ -130,11 +159,15 @@ class HealthMonitor(CoreListener):
             self._probe = probe
         if self._probe is not None and self._task is None:
             self._task = asyncio.create_task(self._run(), name="router-health")
+        if self.silence.enabled and self._watch is None:
+            self._watch = asyncio.create_task(self._watch_silence(), name="router-silence")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [t for t in (self._task, self._watch) if t is not None] + list(self._probes)
+        self._task = self._watch = None
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
@@ -178,25 +211,32 @@ class HealthMonitor(CoreListener):
     def _url(self, r: Replica) -> str:
         return r.config.endpoint.rstrip("/") + self.config.check_path
 
-    async def _ask(self, r: Replica) -> str | None:
-        assert self._probe is not None
+    async def _ask(self, r: Replica, *, generate: bool = False) -> str | None:
+        """Probe the replica: a generation when asked for and possible, else its health."""
         i = r.index
         if i in self._probing:
-            return "a probe is already running"
+            return _BUSY
         self._probing.add(i)
         try:
-            return await self._probe(self._url(r), self.config.check_timeout_s)
+            timeout = self.config.check_timeout_s
+            base = r.config.endpoint.rstrip("/")
+            if generate and self._generate is not None:
+                return await self._generate(base + "/v1/completions", _model_of(r), timeout)
+            assert self._probe is not None
+            return await self._probe(self._url(r), timeout)
         finally:
             self._probing.discard(i)
 
     async def _readmit_probe(self, i: int) -> None:
         r = self.core.pool.replicas[i]
-        problem = await self._ask(r)
+        # A generation, not /health: a frozen engine answers /health and generates nothing.
+        problem = await self._ask(r, generate=True)
         ejection = self.ejections.get(i)
-        if ejection is None or r.state is not ReplicaState.EJECTED:
-            return  # readmitted by an operator meanwhile
+        if ejection is None or r.state is not ReplicaState.EJECTED or problem == _BUSY:
+            return  # readmitted by an operator meanwhile, or asked again next round
         self.answered[i] = problem is None
         if problem is None:
+            self.silence.heard_from(i, self.clock())
             with contextlib.suppress(ControlError):
                 self.core.readmit(r.id)
             return
@@ -208,7 +248,7 @@ class HealthMonitor(CoreListener):
     async def _check(self, r: Replica) -> None:
         problem = await self._ask(r)
         i = r.index
-        if problem == "a probe is already running":
+        if problem == _BUSY:
             return
         self.answered[i] = problem is None
         if problem is None:
@@ -220,6 +260,61 @@ class HealthMonitor(CoreListener):
             self._eject(
                 r, f"{self.probe_failures[i]} failed health checks: {problem}", "health_check"
             )
+
+    # ---- silence ---------------------------------------------------------------------------
+
+    @property
+    def silence_tick_s(self) -> float:
+        """How often the watch looks: a tenth of the ceiling, between 20 and 250 ms."""
+        return max(0.02, min(0.25, self.config.stream_idle_max_s / 10))
+
+    async def _watch_silence(self) -> None:
+        while True:
+            await asyncio.sleep(self.silence_tick_s)
+            self.look_for_silence()
+
+    def look_for_silence(self) -> None:
+        """End the streams silent past their replica's idle limit; probe silent replicas."""
+        found = self.silence.sweep(self.clock())
+        replicas = self.core.pool.replicas
+        suspects: dict[int, float] = dict(found.silent_replicas)
+        for i, attempt, silent_s in found.silent_streams:
+            limit = self.silence.limit_s(i)
+            attempt.interrupt(
+                f"{replicas[i].id}: no token for {silent_s:.1f} s (idle limit {limit:.1f} s)"
+            )
+            suspects[i] = max(suspects.get(i, 0.0), silent_s)
+        for i, silent_s in suspects.items():
+            self._suspect(replicas[i], silent_s)
+
+    def _suspect(self, r: Replica, silent_s: float) -> None:
+        # Without ejection (eject_after_failures: 0) a probe could change nothing.
+        if not self.config.eject_after_failures or r.index in self._suspected:
+            return
+        if self._generate is None and self._probe is None:
+            return
+        self._suspected.add(r.index)
+        task = asyncio.get_running_loop().create_task(self._silence_probe(r, silent_s))
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _silence_probe(self, r: Replica, silent_s: float) -> None:
+        i = r.index
+        try:
+            problem = await self._ask(r, generate=True)
+        finally:
+            self._suspected.discard(i)
+        if problem == _BUSY:
+            return
+        self.answered[i] = problem is None
+        if problem is None:
+            self.silence.heard_from(i, self.clock())  # it works: slow, not stuck
+            return
+        reason = f"silent for {silent_s:.1f} s; {problem}"
+        if r.state is ReplicaState.ACTIVE:
+            self._eject(r, reason, "silence")
+        # Requests that sent nothing to their client yet are re-run elsewhere; streams end.
+        self.silence.interrupt_all(i, f"{r.id}: {reason}")
 
     # ---- for readers ----------------------------------------------------------------------
 
@@ -239,7 +334,8 @@ class HealthMonitor(CoreListener):
         return {"ready": answering > 0, "active": active, "answering": answering}
 
     def status(self) -> dict[str, object]:
-        """Per replica: failures in a row, and the ejection if this monitor holds one."""
+        """Per replica: failures in a row, its idle limit now, and the ejection if this
+        monitor holds one."""
         now = self.clock()
         out: dict[str, object] = {}
         for r in self.core.pool:
@@ -248,6 +344,7 @@ class HealthMonitor(CoreListener):
                 "failures_in_row": self.failures[r.index],
                 "failed_checks_in_row": self.probe_failures[r.index],
                 "answered": self.answered[r.index],
+                "idle_limit_s": self.silence.limit_s(r.index),
                 "ejection": None
                 if e is None
                 else {
@@ -258,3 +355,8 @@ class HealthMonitor(CoreListener):
                 },
             }
         return out
+
+
+def _model_of(r: Replica) -> str:
+    """The model a generation probe asks the replica for: one it said it serves."""
+    return r.models[0] if r.models else r.config.model

@@ -12,7 +12,14 @@ attempt on a replica, the :class:`~router.core.Finished` ends the request. An at
   JSON body) is read whole first, so a replica that dies mid-body is retried too;
 - after the first byte reached the client nothing is retried: a failure ends the SSE stream
   with an explicit ``data: {"error": ...}`` event;
-- a 4xx from the replica is the request's fault: relayed as it is, not retried.
+- a 4xx from the replica is the request's fault: relayed as it is, not retried;
+- a stream is a success once it relayed ``data: [DONE]``: a client that hangs up while the
+  replica ends its body got the whole answer;
+- while it waits on the replica it is registered with the silence watch
+  (router/http/silence.py): health checking stops it when its stream stays silent past the
+  replica's idle limit (the stream ends with an error event) or when a generation probe
+  finds the replica stuck (an attempt that has sent nothing to its client is re-run
+  elsewhere, as after a connect error).
 
 A preemption cancels the running attempt (the core re-queues or fails the request and says so
 on the ticket); a client that disconnects cancels the handler, which closes the upstream
@@ -197,9 +204,12 @@ class Exchange:
         "proxy",
         "send",
         "sse",
+        "stalled",
         "started",
+        "started_at",
         "task",
         "up_headers",
+        "waiting_since",
         "watcher",
     )
 
@@ -229,6 +239,17 @@ class Exchange:
         self.client_gone = False
         self.done = False
         self.watcher: asyncio.Task[None] | None = None
+        self.stalled: str | None = None
+        """Why health checking stopped the running attempt (router/http/silence.py)."""
+        self.started_at = 0.0
+        """When the running attempt was sent to its replica."""
+        self.waiting_since = 0.0
+        """Since when the attempt waits for its replica's next chunk (inf while writing)."""
+
+    @property
+    def streaming(self) -> bool:
+        """The stream has relayed a chunk (for the silence watch)."""
+        return self.started
 
     # ---- signals from outside the handler --------------------------------------------------
 
@@ -236,6 +257,13 @@ class Exchange:
         """The core cancelled an attempt (preemption): stop it where it is."""
         if self.attempt is a:
             self.preempted = True
+            self.task.cancel()
+
+    def interrupt(self, reason: str) -> None:
+        """Health checking gave up on the attempt's replica (a silent stream, or a stuck
+        replica): stop the attempt where it is; ``_attempt`` fails it with ``reason``."""
+        if self.attempt is not None and self.stalled is None and not self.done:
+            self.stalled = reason
             self.task.cancel()
 
     def start_watching(self, receive: Receive) -> None:
@@ -277,6 +305,13 @@ class Exchange:
                     await asyncio.sleep(proxy.backoff_s(a.request.attempts))
                 proxy.core.fail(a, reason, retryable=retry)
         except asyncio.CancelledError:
+            if self.stalled is not None:
+                reason, self.stalled = self.stalled, None
+                if self.task.uncancel() == 0 and not self.client_gone:
+                    # Not counted as a failed request: the probe, not the silence, judges the
+                    # replica. Retried elsewhere if nothing reached the client yet.
+                    proxy.core.fail(a, reason, retryable=not self.started)
+                    return
             if self.preempted:
                 self.preempted = False
                 if self.task.uncancel() == 0 and not self.client_gone:
@@ -289,6 +324,9 @@ class Exchange:
         proxy = self.proxy
         r = a.replica
         url = proxy.bases[r.index] + self.path
+        silence = proxy.health.silence
+        self.started_at = self.waiting_since = proxy.core.clock()
+        silence.begin(r.index, self)
         try:
             async with proxy.upstream.post(url, self.body, self.up_headers) as response:
                 status = response.status
@@ -300,6 +338,10 @@ class Exchange:
                 data = await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"{r.id}: {failure_reason(exc)}", True
+        finally:
+            silence.end(r.index, self)
+        if status < 300:  # it generated (a frozen vLLM still refuses bad requests at once)
+            silence.heard_from(r.index, proxy.core.clock())
         await self._answer(a, status, content_type, data)
         proxy.health.success(r)
         if status >= 300:  # the replica refused the request itself: not its fault, not retried
@@ -333,27 +375,50 @@ class Exchange:
         self, a: Assignment, response: aiohttp.ClientResponse, content_type: str
     ) -> Failure | None:
         send = self.send
+        clock = self.proxy.core.clock
+        silence = self.proxy.health.silence
+        i = a.replica.index
         events = 0
+        done = False
+        previous = b""
         try:
             async for chunk in response.content.iter_any():
+                now = clock()
+                silence.chunk(i, now, now - self.waiting_since if self.started else None)
+                self.waiting_since = _WRITING
                 if not self.started:
                     self.sse = True
                     self._first_byte(a)
                     await send(self._head(a, response.status, content_type))
                 events += chunk.count(b"data:")
+                if not done and _ends_with_done(previous, chunk):
+                    done = self.answered = True  # no error event may follow it now
+                    silence.end(i, self)  # the answer is whole: nothing left to watch
+                    try:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    finally:  # even if the client hung up meanwhile: it had the answer
+                        self._completed(a, events)
+                    continue  # read the replica's end, so its connection can be reused
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self.waiting_since = clock()
+                previous = chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return f"{a.replica.id}: {failure_reason(exc)}", True
+            if not done:
+                return f"{a.replica.id}: {failure_reason(exc)}", True
         if not self.started:
             self.sse = True
             self._first_byte(a)
             await send(self._head(a, response.status, content_type))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.answered = True
+        if not done:  # a stream that ended without [DONE] (not every server sends one)
+            self._completed(a, events + 1)
+        return None
+
+    def _completed(self, a: Assignment, events: int) -> None:
         self.proxy.health.success(a.replica)
         # One event per token, less the closing [DONE]: close enough for tokens per second.
         self.proxy.core.complete(a, max(events - 1, 0))
-        return None
 
     # ---- endings ---------------------------------------------------------------------------
 
@@ -375,6 +440,18 @@ class Exchange:
             chunk = b"data: " + orjson.dumps(event) + b"\n\n"
             await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+_WRITING = float("inf")
+"""``waiting_since`` while the relay writes to its client: not waiting on the replica."""
+_DONE = b"data: [DONE]"
+
+
+def _ends_with_done(previous: bytes, chunk: bytes) -> bool:
+    """Whether the stream so far (``previous`` chunk, then ``chunk``) ends with the closing
+    ``data: [DONE]`` event; looks at the last bytes only, across a split between reads."""
+    tail = chunk[-16:] if len(chunk) >= 16 else previous[-16:] + chunk
+    return tail.rstrip(b"\r\n").endswith(_DONE)
 
 
 def _http_error(finished: Finished) -> HttpError:

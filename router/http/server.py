@@ -69,7 +69,9 @@ class RouterServer:
         self.control = ControlSurface(self.core)
         self.router = AsyncRouter(self.core)
         self.upstream = Upstream(fleet)
-        self.health = HealthMonitor(self.core, fleet.router.health, self.upstream.probe)
+        self.health = HealthMonitor(
+            self.core, fleet.router.health, self.upstream.probe, generate=self.upstream.generate
+        )
         self.engine_metrics = EngineMetricsPoller(self.core)
         self.metrics = RouterMetrics(
             self.core,

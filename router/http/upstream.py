@@ -7,9 +7,13 @@ one per replica for health probes (the router never has more requests in flight 
 batch sizes allow). Timeouts come from ``router.timeouts``:
 
 - ``connect_s``: opening a connection;
-- ``first_byte_s``: waiting for the answer, and also the longest silence between two chunks
-  of an answer (aiohttp's per-read timeout), so a replica that hangs mid-stream is noticed;
+- ``first_byte_s``: waiting for the answer (aiohttp's per-read timeout, so it also bounds
+  the silence between two chunks; the silence watch, ``health.stream_idle_max_s`` and
+  router/http/silence.py, ends a silent stream long before);
 - ``total_s``: the whole request.
+
+Health checking probes through the same pool: ``probe`` (``GET /health``) and ``generate``
+(a one-token completion: the only probe a frozen engine fails).
 
 Responses are not decompressed: bytes pass through as the replica wrote them.
 """
@@ -20,10 +24,14 @@ import asyncio
 from collections.abc import Mapping
 
 import aiohttp
+import orjson
 
 from router.config.schema import FleetConfig
 
-__all__ = ["Upstream", "failure_reason"]
+__all__ = ["PROBE_REQUEST_ID", "Upstream", "failure_reason"]
+
+PROBE_REQUEST_ID = "gpurouter-probe"
+"""``X-Request-ID`` of generation probes, so that a replica's logs tell them apart."""
 
 
 class Upstream:
@@ -85,6 +93,23 @@ class Upstream:
                 return None
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"health check failed: {failure_reason(exc)}"
+
+    async def generate(self, url: str, model: str, timeout_s: float) -> str | None:
+        """POST a one-token completion of ``model`` to ``url``; None when the replica
+        generated it in time, else what went wrong."""
+        body = orjson.dumps({"model": model, "prompt": "ping", "max_tokens": 1})
+        headers = {"content-type": "application/json", "x-request-id": PROBE_REQUEST_ID}
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        try:
+            async with self.session.post(
+                url, data=body, headers=headers, timeout=timeout
+            ) as response:
+                await response.read()
+                if response.status >= 300:
+                    return f"generation probe answered {response.status}"
+                return None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"generation probe failed: {failure_reason(exc)}"
 
 
 def failure_reason(exc: BaseException) -> str:

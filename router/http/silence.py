@@ -1,0 +1,169 @@
+"""Silence on the data plane: how long a replica may go without a word while it holds work.
+
+A frozen engine (a hung GPU, a stuck collective: vLLM's engine core stopped) still answers
+``/health`` in a millisecond, so only progress tells. The proxy already sees every chunk it
+relays; this module keeps, per replica:
+
+- the attempts waiting on it (each an :class:`Attempt`: when it started, whether its stream
+  has begun, since when it waits for the next chunk);
+- the gaps between chunks of its streams (the time the relay waited for the replica, not
+  for the client), and from them its **idle limit**: ``GAP_FACTOR`` times their 99th
+  percentile over the last ``GAP_WINDOW`` gaps, at least ``FLOOR_S``, at most the ceiling
+  (``health.stream_idle_max_s``); a replica with no gaps observed yet gets the ceiling;
+- when it was last heard from (a chunk, a whole answer, a probe that generated).
+
+:meth:`SilenceWatch.sweep` says, at a given time, which streams have been silent past their
+replica's limit (they end with an error event) and which replicas are silent: holding work
+and heard from by none of it for longer than the limit, counted from the later of the last
+word and the oldest waiting attempt's start (a steady flow of new requests to a frozen
+replica does not keep it looking alive). Health checking probes those (router/http/health.py).
+
+Everything here is plain data and arithmetic on times it is given: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = [
+    "FLOOR_S",
+    "GAP_FACTOR",
+    "GAP_WINDOW",
+    "Attempt",
+    "IdleLimit",
+    "SilenceWatch",
+    "Sweep",
+]
+
+GAP_FACTOR = 5.0
+"""How many times the usual worst gap a stream may stay silent."""
+FLOOR_S = 1.0
+"""No idle limit is shorter (unless the ceiling is): an engine's scheduler, a long prefill
+chunk beside the decodes or a collector pause may hold every stream a moment."""
+GAP_WINDOW = 512
+"""Gaps the percentile is taken over: the latest few seconds of a busy replica."""
+_RECOMPUTE_EVERY = 64
+"""New gaps between two computations of the percentile (a sort of the window)."""
+
+
+class Attempt(Protocol):
+    """What the watch reads of an attempt in flight, and how it stops one."""
+
+    @property
+    def started_at(self) -> float:
+        """When the attempt was sent to the replica."""
+
+    @property
+    def streaming(self) -> bool:
+        """Its stream has relayed a first chunk."""
+
+    @property
+    def waiting_since(self) -> float:
+        """Since when it waits for the replica's next chunk (infinite while it writes to its
+        client: a slow client is not a silent replica)."""
+
+    def interrupt(self, reason: str) -> None:
+        """Stop the attempt where it is, for ``reason``."""
+
+
+class IdleLimit:
+    """One replica's idle limit, learned from the gaps between its chunks."""
+
+    __slots__ = ("_fresh", "_gaps", "ceiling_s", "limit_s")
+
+    def __init__(self, ceiling_s: float) -> None:
+        self.ceiling_s = ceiling_s
+        self.limit_s = ceiling_s
+        """The limit now: the ceiling until gaps have been seen."""
+        self._gaps: deque[float] = deque(maxlen=GAP_WINDOW)
+        self._fresh = 0
+
+    def observe(self, gap_s: float) -> None:
+        """One more gap between two chunks of a stream."""
+        self._gaps.append(gap_s)
+        self._fresh += 1
+        # The first gaps move the limit at once (a new replica leaves the ceiling early);
+        # then every _RECOMPUTE_EVERY, to keep the sort off most chunks.
+        if self._fresh >= _RECOMPUTE_EVERY or len(self._gaps) <= _RECOMPUTE_EVERY:
+            self._fresh = 0
+            self.limit_s = self._compute()
+
+    def _compute(self) -> float:
+        ordered = sorted(self._gaps)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        return min(self.ceiling_s, max(FLOOR_S, GAP_FACTOR * p99))
+
+
+@dataclass(slots=True)
+class Sweep:
+    """What one look at the watch found."""
+
+    silent_streams: list[tuple[int, Attempt, float]]
+    """(replica index, attempt, seconds silent) of streams past their replica's limit."""
+    silent_replicas: list[tuple[int, float]]
+    """(replica index, seconds silent) of replicas holding work that nothing came from."""
+
+
+class SilenceWatch:
+    """The attempts in flight per replica, their gaps and idle limits, and the last word."""
+
+    def __init__(self, replicas: int, ceiling_s: float) -> None:
+        self.ceiling_s = ceiling_s
+        """0 turns the watch off: nothing is ever found silent."""
+        self.limits = [IdleLimit(ceiling_s) for _ in range(replicas)]
+        self.heard = [float("-inf")] * replicas
+        """Per replica: when a chunk, an answer or a good probe last came from it."""
+        self.attempts: list[set[Attempt]] = [set() for _ in range(replicas)]
+
+    @property
+    def enabled(self) -> bool:
+        return self.ceiling_s > 0
+
+    def limit_s(self, index: int) -> float:
+        return self.limits[index].limit_s
+
+    # ---- what the proxy reports -----------------------------------------------------------
+
+    def begin(self, index: int, attempt: Attempt) -> None:
+        self.attempts[index].add(attempt)
+
+    def end(self, index: int, attempt: Attempt) -> None:
+        self.attempts[index].discard(attempt)
+
+    def chunk(self, index: int, now: float, gap_s: float | None) -> None:
+        """A chunk came from the replica; ``gap_s``: how long its stream waited for it (None
+        for a stream's first chunk, whose wait is the time to first token)."""
+        self.heard[index] = now
+        if gap_s is not None:
+            self.limits[index].observe(gap_s)
+
+    def heard_from(self, index: int, now: float) -> None:
+        """A whole answer, or a probe that generated: the replica works."""
+        self.heard[index] = now
+
+    # ---- what health checking asks --------------------------------------------------------
+
+    def sweep(self, now: float) -> Sweep:
+        found = Sweep([], [])
+        if not self.enabled:
+            return found
+        for i, attempts in enumerate(self.attempts):
+            if not attempts:
+                continue
+            limit = self.limits[i].limit_s
+            since = max(self.heard[i], min(a.started_at for a in attempts))
+            if now - since > limit:
+                found.silent_replicas.append((i, now - since))
+            for a in attempts:
+                if a.streaming and now - a.waiting_since > limit:
+                    found.silent_streams.append((i, a, now - a.waiting_since))
+        return found
+
+    def interrupt_all(self, index: int, reason: str) -> int:
+        """Stop every attempt waiting on the replica; how many there were."""
+        attempts = list(self.attempts[index])
+        for a in attempts:
+            a.interrupt(reason)
+        return len(attempts)

@@ -1,0 +1,194 @@
+"""The silence watch: idle limits learned from chunk gaps, silent streams and silent replicas,
+and what health checking does about them (a generation probe; ejection when it fails)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from router.config.schema import HealthConfig
+from router.core import RouterCore
+from router.http.health import HealthMonitor
+from router.http.silence import FLOOR_S, GAP_FACTOR, GAP_WINDOW, IdleLimit, SilenceWatch
+from router.replica import ReplicaState
+from tests.test_emulator_support import MODEL, Spec, fleet_config
+
+
+@dataclass(eq=False)
+class FakeAttempt:
+    """An attempt in flight as the watch sees it."""
+
+    started_at: float
+    streaming: bool = False
+    waiting_since: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    def interrupt(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---- idle limits ------------------------------------------------------------------------
+
+
+def test_a_replica_with_no_gaps_observed_gets_the_ceiling() -> None:
+    assert IdleLimit(2.5).limit_s == 2.5
+
+
+def test_the_limit_is_a_multiple_of_the_gaps_within_floor_and_ceiling() -> None:
+    fast, steady, slow = IdleLimit(2.5), IdleLimit(2.5), IdleLimit(2.5)
+    for _ in range(100):
+        fast.observe(0.01)
+        steady.observe(0.3)
+        slow.observe(1.0)
+    assert fast.limit_s == FLOOR_S
+    assert steady.limit_s == pytest.approx(GAP_FACTOR * 0.3)
+    assert slow.limit_s == 2.5
+
+
+def test_a_ceiling_below_the_floor_wins() -> None:
+    limit = IdleLimit(0.4)
+    for _ in range(10):
+        limit.observe(0.001)
+    assert limit.limit_s == 0.4
+
+
+def test_the_limit_follows_recurring_long_gaps_not_a_single_one() -> None:
+    once, recurring = IdleLimit(10.0), IdleLimit(10.0)
+    for k in range(GAP_WINDOW):
+        once.observe(1.5 if k == 100 else 0.02)
+        recurring.observe(1.5 if k % 50 == 0 else 0.02)
+    assert once.limit_s == FLOOR_S
+    assert recurring.limit_s == pytest.approx(GAP_FACTOR * 1.5)
+
+
+# ---- sweeps -----------------------------------------------------------------------------
+
+
+def test_a_stream_silent_past_the_limit_is_found_and_its_replica_too() -> None:
+    watch = SilenceWatch(2, ceiling_s=2.0)
+    talking = FakeAttempt(0.0, streaming=True, waiting_since=9.5)
+    silent = FakeAttempt(0.0, streaming=True, waiting_since=7.0)
+    watch.begin(0, talking)
+    watch.begin(0, silent)
+    watch.chunk(0, 9.5, 0.01)
+    found = watch.sweep(10.0)
+    assert [(i, a) for i, a, _ in found.silent_streams] == [(0, silent)]
+    assert found.silent_replicas == []  # the other stream speaks: the replica works
+
+
+def test_a_stream_writing_to_a_slow_client_is_not_silent() -> None:
+    watch = SilenceWatch(1, ceiling_s=2.0)
+    watch.begin(0, FakeAttempt(0.0, streaming=True, waiting_since=float("inf")))
+    watch.chunk(0, 0.0, None)
+    assert watch.sweep(100.0).silent_streams == []
+
+
+def test_new_requests_do_not_keep_a_silent_replica_looking_alive() -> None:
+    """Silence counts from the oldest waiting attempt (or the last word, if later)."""
+    watch = SilenceWatch(1, ceiling_s=2.0)
+    watch.heard_from(0, 5.0)
+    for started in (6.0, 7.0, 7.5, 8.2):
+        watch.begin(0, FakeAttempt(started))
+    assert watch.sweep(7.9).silent_replicas == []
+    assert watch.sweep(8.5).silent_replicas == [(0, 2.5)]
+
+
+def test_a_replica_without_work_is_never_silent_and_a_zero_ceiling_finds_nothing() -> None:
+    assert SilenceWatch(1, 2.0).sweep(1e9) == SilenceWatch(1, 2.0).sweep(0.0)
+    off = SilenceWatch(1, ceiling_s=0.0)
+    off.begin(0, FakeAttempt(0.0, streaming=True))
+    found = off.sweep(1e9)
+    assert not found.silent_streams
+    assert not found.silent_replicas
+
+
+# ---- health checking's answer -----------------------------------------------------------
+
+
+class Generations:
+    """A generation probe that answers as told, recording what it was asked."""
+
+    def __init__(self, problem: str | None) -> None:
+        self.problem = problem
+        self.asked: list[tuple[str, str]] = []
+
+    async def __call__(self, url: str, model: str, timeout_s: float) -> str | None:
+        self.asked.append((url, model))
+        return self.problem
+
+
+async def _health_ok(_url: str, _timeout_s: float) -> str | None:
+    return None  # a frozen engine answers /health: it must never decide here
+
+
+def monitor(generate: Generations) -> tuple[HealthMonitor, Clock]:
+    clock = Clock()
+    core = RouterCore(fleet_config(Spec("a"), Spec("b")), clock=clock)
+    config = HealthConfig(check_interval_s=0, stream_idle_max_s=2.0, eject_base_s=10)
+    return HealthMonitor(core, config, _health_ok, generate=generate), clock
+
+
+async def _settle(health: HealthMonitor) -> None:
+    while health._probes:
+        await asyncio.gather(*health._probes)
+
+
+async def test_a_silent_stream_ends_and_a_failed_generation_ejects_its_replica() -> None:
+    generate = Generations("generation probe failed: timed out")
+    health, clock = monitor(generate)
+    stream = FakeAttempt(0.0, streaming=True, waiting_since=1.0)
+    waiting = FakeAttempt(2.0)  # sent nothing to its client yet
+    health.silence.begin(0, stream)
+    health.silence.begin(0, waiting)
+    clock.now = 3.5
+    health.look_for_silence()
+    assert stream.reasons == ["a: no token for 2.5 s (idle limit 2.0 s)"]
+    await _settle(health)
+    a = health.core.replica("a")
+    assert generate.asked == [(a.config.endpoint + "/v1/completions", MODEL)]
+    assert a.state is ReplicaState.EJECTED
+    assert health.ejections[0].cause == "silence"
+    assert health.ejections_total[("a", "silence")] == 1
+    assert waiting.reasons == ["a: silent for 3.5 s; generation probe failed: timed out"]
+
+
+async def test_a_silent_replica_that_generates_stays_in_service() -> None:
+    health, clock = monitor(Generations(None))
+    waiting = FakeAttempt(0.0)
+    health.silence.begin(1, waiting)
+    clock.now = 2.1
+    health.look_for_silence()
+    await _settle(health)
+    assert health.core.replica("b").state is ReplicaState.ACTIVE
+    assert waiting.reasons == []
+    assert health.silence.heard[1] == 2.1  # heard from: not probed again at the next look
+    assert health.silence.sweep(clock.now).silent_replicas == []
+
+
+async def test_a_replica_ejected_for_silence_comes_back_only_when_it_generates() -> None:
+    generate = Generations("generation probe failed: timed out")
+    health, clock = monitor(generate)
+    health.silence.begin(0, FakeAttempt(0.0))
+    clock.now = 2.1
+    health.look_for_silence()
+    await _settle(health)
+    a = health.core.replica("a")
+    clock.now = 20.0
+    await health.round()  # the window ended; /health would say 200, the generation fails
+    assert a.state is ReplicaState.EJECTED
+    assert health.ejections[0].in_row == 2
+    generate.problem = None
+    clock.now = 60.0
+    await health.round()
+    assert health.core.replica("a").state is ReplicaState.ACTIVE
+    assert len(generate.asked) == 3
