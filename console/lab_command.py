@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from router.lab.engine_kind import ServeOptions
+from router.lab.engines import DEFAULT_READY_S
 from router.lab.kinds import KINDS
-from router.lab.lab import DEFAULT_MODEL, DEFAULT_READY_S, DEFAULT_SIZES
+from router.lab.lab import DEFAULT_MODEL, DEFAULT_SIZES
 from router.lab.models import SIZES
 
 if TYPE_CHECKING:

@@ -20,6 +20,9 @@ class ServeOptions:
     """Most requests an engine runs at once; the fleet file's batch size says the same."""
     kv_cache_gib: float = 1.0
     """Memory for each engine's KV cache, in GiB."""
+    kv_blocks: int | None = None
+    """Fewer KV-cache blocks than that memory holds (vLLM's ``--num-gpu-blocks-override``):
+    a cache small enough to make the engine preempt, for tests."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,11 @@ from router.lab.environment import LabEnvironment
 from router.lab.errors import EngineStartError, LabError
 from router.lab.processes import ProcessInfo, read_process, session_members, signal_processes
 
-__all__ = ["Engine", "EngineRecord", "free_port", "wait_ready"]
+__all__ = ["DEFAULT_READY_S", "Engine", "EngineRecord", "free_port", "wait_ready"]
 
 _POLL_S = 0.5
+DEFAULT_READY_S = 300.0
+"""A generous wait for an engine's ``/health`` (about 25 s on an idle machine)."""
 _STOP_GRACE_S = 20.0
 """How long a stopped engine may take to exit on SIGTERM before it is killed."""
 
@@ -175,7 +177,7 @@ class Engine:
             time.sleep(0.05)
         return True
 
-    def restart(self, timeout_s: float) -> None:
+    def restart(self, timeout_s: float = DEFAULT_READY_S) -> None:
         """Stop it if it runs, start it again on the same port and core, wait until ready."""
         self.stop()
         self.start()

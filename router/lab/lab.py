@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.lab.engine_kind import EngineKind, ServeOptions
-from router.lab.engines import Engine, EngineRecord, free_port, wait_ready
+from router.lab.engines import DEFAULT_READY_S, Engine, EngineRecord, free_port, wait_ready
 from router.lab.environment import LabEnvironment, ensure_environment, find_environment
 from router.lab.errors import LabError
 from router.lab.fleet_file import write_fleet_file
@@ -23,8 +23,6 @@ DEFAULT_MODEL = "tiny-llama"
 """The name every engine of a lab serves its model under."""
 DEFAULT_SIZES = ("small", "large")
 """Engines take these sizes in turn: a fast one, a slow one, a fast one..."""
-DEFAULT_READY_S = 300.0
-"""A generous wait for an engine's ``/health`` (about 25 s on an idle machine)."""
 
 
 def run_directory(home: Path, kind: EngineKind) -> Path:
@@ -46,6 +44,11 @@ class Lab:
     @property
     def fleet_file(self) -> Path:
         return Path(self.state.fleet_file)
+
+    @property
+    def model(self) -> str:
+        """The name the lab's first engines serve their model under (the fleet file's)."""
+        return self.state.engines[0].served_model
 
     @classmethod
     def up(
@@ -110,10 +113,11 @@ class Lab:
         size: str = "small",
         served_model: str | None = None,
         core: int | None = None,
+        options: ServeOptions | None = None,
         timeout_s: float = DEFAULT_READY_S,
     ) -> Engine:
         """Start one more engine (not in the fleet file) and wait until it is ready; ``down``
-        stops it with the others."""
+        stops it with the others. ``options`` default to the lab's."""
         kind = self.environment.kind
         index = len(self.engines)
         model_dir = make_model(model_size(size), self.home / "models", self.environment.python)
@@ -125,11 +129,18 @@ class Lab:
             served_model=served_model or DEFAULT_MODEL,
             log=str(self.run_dir / f"{kind.name}-{index}.log"),
         )
-        engine = Engine(record, self.environment, self.state.options)
+        engine = Engine(record, self.environment, options or self.state.options)
         self.state.engines.append(record)
         self.engines.append(engine)
         self._start([engine], timeout_s, lambda _: None)
         return engine
+
+    def remove_engine(self, engine: Engine) -> None:
+        """Stop ``engine`` and forget it (one that ``add_engine`` started)."""
+        engine.stop()
+        self.engines.remove(engine)
+        self.state.engines.remove(engine.record)
+        save_state(self.run_dir, self.state)
 
     def ensure_ready(self, timeout_s: float = DEFAULT_READY_S) -> None:
         """Every engine running and answering, whatever a test did to it: frozen processes are

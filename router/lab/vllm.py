@@ -38,6 +38,9 @@ if __name__ == "__main__":
 
 def _serve_args(model_dir: Path, served_name: str, port: int, options: ServeOptions) -> list[str]:
     # Dummy weights: random values, nothing to download or store; eager mode: no compile step.
+    blocks = (
+        [] if options.kv_blocks is None else ["--num-gpu-blocks-override", str(options.kv_blocks)]
+    )
     return [
         "serve",
         str(model_dir),
@@ -55,6 +58,7 @@ def _serve_args(model_dir: Path, served_name: str, port: int, options: ServeOpti
         "--port",
         str(port),
         "--disable-uvicorn-access-log",
+        *blocks,
     ]
 
 

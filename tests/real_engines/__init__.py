@@ -1,0 +1,1 @@
+"""Tests against real vLLM engines (the lab); skipped unless pytest gets --real-engines."""
