@@ -24,7 +24,7 @@ WATCHFUL = HealthConfig(
     check_timeout_s=0.3,
     eject_after_failures=3,
     eject_base_s=60,
-    stream_idle_max_s=0.5,
+    stream_idle_max_s=1.0,
     engine_metrics_interval_s=0,
     models_interval_s=0,
 )
@@ -118,7 +118,7 @@ async def test_a_frozen_replica_is_readmitted_once_it_generates_again() -> None:
         eject_after_failures=3,
         eject_base_s=0.2,
         eject_max_s=10,
-        stream_idle_max_s=0.5,
+        stream_idle_max_s=1.0,
         engine_metrics_interval_s=0,
         models_interval_s=0,
     )
