@@ -14,7 +14,7 @@ from typing import Any
 
 from router.config.schema import FleetConfig, ReplicaConfig
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
-from router.sim.capacity import capacity_at, measure_capacity
+from router.sim.capacity import PRECISE, capacity_at, measure_capacity
 from router.sim.replica_model import engine_for
 from router.sim.simulator import WARMUP_SHARE, SimResult, Simulation
 from router.sim.workload import (
@@ -111,7 +111,8 @@ def batch_capacity(
         key = (*_kind(r), r.batch_size)
         if key not in cache:
             make = partial(engine_for, r, catalog)
-            cache[key] = capacity_at(make, mix, min(r.batch_size, make().max_num_seqs), seed=seed)
+            level = min(r.batch_size, make().max_num_seqs)
+            cache[key] = capacity_at(make, mix, level, seed=seed, measure=PRECISE)
         out[r.id] = cache[key]
     return out
 
