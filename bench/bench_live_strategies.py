@@ -251,6 +251,9 @@ class FirstTokens:
         self.attempts: dict[str, Any] = {}
         self.finished: list[tuple[float, float | None, str]] = []
         """(arrival, TTFT or None, outcome), router clock."""
+        self.where: list[tuple[str, float]] = []
+        """Per finished request, as ``finished``: the GPU model of its last attempt's replica
+        ("" for none) and how long it waited in the router's queue before that attempt."""
 
     def listener(self) -> Any:
         from router.core import CoreListener
@@ -267,6 +270,9 @@ class FirstTokens:
                 first = None if a is None else a.first_byte
                 ttft = None if first is None else first - req.arrival
                 tracker.finished.append((req.arrival, ttft, str(finished.outcome)))
+                gpu = "" if a is None else a.replica.config.gpu_model
+                wait = math.inf if a is None else a.started - req.arrival
+                tracker.where.append((gpu, wait))
 
         return _Listener()
 
@@ -358,11 +364,14 @@ async def one_run(
                 if proc.is_alive():
                     proc.terminate()
                     proc.join(timeout=5)
-    router_ttfts = [
-        (math.inf if ttft is None else ttft / n)
-        for arrival, ttft, _outcome in first_tokens.finished
+    in_window = [
+        (math.inf if ttft is None else ttft / n, gpu, wait / n)
+        for (arrival, ttft, _outcome), (gpu, wait) in zip(
+            first_tokens.finished, first_tokens.where, strict=True
+        )
         if WARMUP_SHARE * args.duration < (arrival - t_go) / n <= args.duration
     ]
+    router_ttfts = [ttft for ttft, _gpu, _wait in in_window]
     row = summarise(
         result,
         shots,
@@ -379,7 +388,20 @@ async def one_run(
     row["wall_s"] = round(time.perf_counter() - t_start, 1)
     row["unsettled_at_end"] = unsettled
     row["learned_capacity"] = learned
+    row.update(ttft_breakdown(in_window))
     return row
+
+
+def ttft_breakdown(in_window: Sequence[tuple[float, str, float]]) -> dict[str, Any]:
+    """Where the slow first tokens were: p99 TTFT by the GPU model that served them, and the
+    p99 of the wait in the router's own queue (the rest of a TTFT is the replica's)."""
+    by_gpu: dict[str, list[float]] = defaultdict(list)
+    for ttft, gpu, _wait in in_window:
+        by_gpu[gpu or "none"].append(ttft)
+    return {
+        "ttft_p99_by_gpu_model": {k: _num(_pct(v, 0.99)) for k, v in sorted(by_gpu.items())},
+        "router_wait_p99_s": _num(_pct([w for _t, _g, w in in_window], 0.99)),
+    }
 
 
 def learned_capacity(core: Any, slowdown: float) -> dict[str, Any]:
@@ -572,6 +594,13 @@ def print_load(report: Mapping[str, Any]) -> None:
     print("requests completed per replica (router accounting, whole run):")
     for r in report["rows"]:
         print(f"  {r['strategy']:<27} {_per_replica(r)}")
+    if any("ttft_p99_by_gpu_model" in r for r in report["rows"]):
+        print("p99 TTFT by the GPU model that served the request; p99 wait in the router's queue:")
+        for r in report["rows"]:
+            by_gpu = " ".join(
+                f"{k.split('-')[0]} {_f(v)}" for k, v in r.get("ttft_p99_by_gpu_model", {}).items()
+            )
+            print(f"  {r['strategy']:<27} {by_gpu}; router wait {_f(r.get('router_wait_p99_s'))}")
     true = report.get("capacity_rps_by_replica") or {}
     if any(r.get("learned_capacity") for r in report["rows"]) and true:
         print("learned capacity at the end of the load / true (emulated req/s; source):")
