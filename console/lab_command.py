@@ -57,9 +57,9 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--kv-cache-gib",
-        type=float,
+        type=_positive,
         default=_DEFAULTS.kv_cache_gib,
-        help=f"each engine's KV cache in GiB ({_DEFAULTS.kv_cache_gib:g})",
+        help=f"each engine's KV cache in whole GiB ({_DEFAULTS.kv_cache_gib})",
     )
     up.add_argument(
         "--timeout",

@@ -23,7 +23,7 @@ def _record(i: int, port: int, core: int, size: str) -> EngineRecord:
 
 def test_the_fleet_file_lists_every_engine_at_weight_one(tmp_path: Path) -> None:
     records = [_record(0, 41001, 0, "2x256"), _record(1, 41002, 1, "8x512")]
-    options = ServeOptions(max_model_len=2048, max_num_seqs=48, kv_cache_gib=1.5)
+    options = ServeOptions(max_model_len=2048, max_num_seqs=48, kv_cache_gib=2)
     path = tmp_path / "lab" / "fleet.yaml"
     write_fleet_file(path, "vllm", records, "tiny-llama", options)
 
@@ -41,4 +41,4 @@ def test_the_fleet_file_lists_every_engine_at_weight_one(tmp_path: Path) -> None
         ("tiny-llama-2x256", "core-0"),
         ("tiny-llama-8x512", "core-1"),
     ]
-    assert fleet.nodes[0].gpus[1].memory_gib == 1.5
+    assert fleet.nodes[0].gpus[1].memory_gib == 2

@@ -18,8 +18,8 @@ class ServeOptions:
     """Longest prompt plus output an engine accepts."""
     max_num_seqs: int = 64
     """Most requests an engine runs at once; the fleet file's batch size says the same."""
-    kv_cache_gib: float = 1.0
-    """Memory for each engine's KV cache, in GiB."""
+    kv_cache_gib: int = 1
+    """Memory for each engine's KV cache, in whole GiB (vLLM's ``VLLM_CPU_KVCACHE_SPACE``)."""
     kv_blocks: int | None = None
     """Fewer KV-cache blocks than that memory holds (vLLM's ``--num-gpu-blocks-override``):
     a cache small enough to make the engine preempt, for tests."""

@@ -30,6 +30,8 @@ DEFAULT_READY_S = 300.0
 """A generous wait for an engine's ``/health`` (about 25 s on an idle machine)."""
 _STOP_GRACE_S = 20.0
 """How long a stopped engine may take to exit on SIGTERM before it is killed."""
+_KILL_WAIT_S = 10.0
+"""A process stuck in the kernel outlives SIGKILL for a while; past this, say so."""
 
 
 @dataclass(slots=True)
@@ -173,8 +175,12 @@ class Engine:
         while self.members() and time.monotonic() < deadline:
             time.sleep(0.1)
         signal_processes(self.members(), signal.SIGKILL)
-        while self.members():
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while (left := self.members()) and time.monotonic() < deadline:
             time.sleep(0.05)
+        if left:
+            pids = ", ".join(str(p.pid) for p in left)
+            raise LabError(f"engine {self.name}: processes {pids} outlived SIGKILL")
         return True
 
     def restart(self, timeout_s: float = DEFAULT_READY_S) -> None:

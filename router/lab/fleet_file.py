@@ -34,7 +34,7 @@ def fleet_yaml(
         "    gpus:",
     ]
     lines += [
-        f"      - {{index: {i}, model: {GPU_MODEL}, memory_gib: {options.kv_cache_gib:g}}}"
+        f"      - {{index: {i}, model: {GPU_MODEL}, memory_gib: {options.kv_cache_gib}}}"
         for i in range(len(engines))
     ]
     lines.append("    replicas:")

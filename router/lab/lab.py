@@ -78,10 +78,11 @@ class Lab:
             raise LabError(f"{count} engines need {count} cores, got {len(cores)}: {cores}")
         say("making the tiny models")
         models = {s: make_model(model_size(s), home / "models", environment.python) for s in plan}
+        ports = _distinct_ports(count)
         records = [
             EngineRecord(
                 name=f"{kind.name}-{i}",
-                port=free_port(),
+                port=ports[i],
                 core=cores[i],
                 model_dir=str(models[size]),
                 served_model=served_model,
@@ -119,20 +120,28 @@ class Lab:
         """Start one more engine (not in the fleet file) and wait until it is ready; ``down``
         stops it with the others. ``options`` default to the lab's."""
         kind = self.environment.kind
-        index = len(self.engines)
+        names = {e.name for e in self.engines}
+        index = next(i for i in itertools.count() if f"{kind.name}-{i}" not in names)
+        taken = {e.record.port for e in self.engines}
         model_dir = make_model(model_size(size), self.home / "models", self.environment.python)
         record = EngineRecord(
             name=f"{kind.name}-{index}",
-            port=free_port(),
+            port=next(p for p in iter(free_port, None) if p not in taken),
             core=_default_cores(index + 1)[index] if core is None else core,
             model_dir=str(model_dir),
-            served_model=served_model or DEFAULT_MODEL,
+            served_model=served_model or self.model,
             log=str(self.run_dir / f"{kind.name}-{index}.log"),
         )
         engine = Engine(record, self.environment, options or self.state.options)
         self.state.engines.append(record)
         self.engines.append(engine)
-        self._start([engine], timeout_s, lambda _: None)
+        try:
+            self._start([engine], timeout_s, lambda _: None)
+        except BaseException:
+            self.engines.remove(engine)
+            self.state.engines.remove(record)
+            save_state(self.run_dir, self.state)
+            raise
         return engine
 
     def remove_engine(self, engine: Engine) -> None:
@@ -186,6 +195,16 @@ def _refuse_if_up(kind: EngineKind, home: Path, run_dir: Path) -> None:
             f"a {kind.name} lab is already up ({running} engine(s)); "
             f"stop it first: gpurouter lab {kind.name} down"
         )
+
+
+def _distinct_ports(count: int) -> list[int]:
+    """``count`` free loopback ports, no two alike (the OS may offer one twice in a row)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def _default_cores(count: int) -> list[int]:

@@ -63,9 +63,8 @@ def _serve_args(model_dir: Path, served_name: str, port: int, options: ServeOpti
 
 
 def _serve_env(core: int, options: ServeOptions) -> dict[str, str]:
-    kv = f"{options.kv_cache_gib:g}"
     return {
-        "VLLM_CPU_KVCACHE_SPACE": kv,
+        "VLLM_CPU_KVCACHE_SPACE": str(options.kv_cache_gib),
         "VLLM_CPU_OMP_THREADS_BIND": str(core),
         # Loopback only: no usage report, no model hub.
         "VLLM_NO_USAGE_STATS": "1",
