@@ -54,7 +54,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -254,6 +254,8 @@ class FirstTokens:
         self.where: list[tuple[str, float]] = []
         """Per finished request, as ``finished``: the GPU model of its last attempt's replica
         ("" for none) and how long it waited in the router's queue before that attempt."""
+        self.reasons: Counter[str] = Counter()
+        """Why the requests that did not complete ended (the replica id taken out)."""
 
     def listener(self) -> Any:
         from router.core import CoreListener
@@ -273,6 +275,8 @@ class FirstTokens:
                 gpu = "" if a is None else a.replica.config.gpu_model
                 wait = math.inf if a is None else a.started - req.arrival
                 tracker.where.append((gpu, wait))
+                if finished.reason and str(finished.outcome) != "completed":
+                    tracker.reasons[_reason_kind(finished.reason)] += 1
 
         return _Listener()
 
@@ -389,7 +393,14 @@ async def one_run(
     row["unsettled_at_end"] = unsettled
     row["learned_capacity"] = learned
     row.update(ttft_breakdown(in_window))
+    row["not_completed_reasons"] = dict(first_tokens.reasons.most_common(8))
     return row
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without the replica's id, so that the same cause on two replicas counts once."""
+    head, sep, tail = reason.partition(": ")
+    return tail if sep and " " not in head else reason
 
 
 def ttft_breakdown(in_window: Sequence[tuple[float, str, float]]) -> dict[str, Any]:
