@@ -52,7 +52,13 @@ async def test_completion_counts_prompt_by_characters_and_stops_at_max_tokens(
     assert data["object"] == "text_completion"
     assert data["id"].startswith("cmpl-")
     assert data["model"] == MODEL
-    assert data["usage"] == {"prompt_tokens": 101, "completion_tokens": 7, "total_tokens": 108}
+    assert data["usage"] == {
+        "prompt_tokens": 101,
+        "completion_tokens": 7,
+        "total_tokens": 108,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
     (choice,) = data["choices"]
     assert choice["text"] == filler_text(7)
     assert choice["finish_reason"] == "length"
@@ -69,9 +75,19 @@ async def test_chat_counts_all_messages_and_honours_max_completion_tokens(
     response = await client.post(fleet.url("a100") + "/v1/chat/completions", json=body)
     data = response.json()
     assert data["object"] == "chat.completion"
-    assert data["usage"] == {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
+    usage = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
+    assert data["usage"] == usage | {
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
     message = data["choices"][0]["message"]
-    assert message == {"role": "assistant", "content": filler_text(5)}
+    assert message["role"] == "assistant"
+    assert message["content"] == filler_text(5)
+    # What vLLM fills only for features the emulator lacks is there, and null.
+    extras = {"annotations", "audio", "function_call", "reasoning", "refusal"}
+    assert {k: v for k, v in message.items() if k not in ("role", "content")} == dict.fromkeys(
+        extras
+    )
 
 
 async def test_hint_sets_both_lengths_and_an_early_end_is_a_stop(
@@ -157,16 +173,51 @@ def _body(**fields: object) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("replica", "body", "status", "param"),
+    ("replica", "body", "status", "kind", "param"),
     [
-        pytest.param("a100", b"{not json", 400, None, id="malformed"),
-        pytest.param("a100", b'["a list"]', 400, None, id="not-an-object"),
-        pytest.param("a100", _body(prompt=None), 400, "prompt", id="no-prompt"),
-        pytest.param("a100", _body(model=None), 400, "model", id="no-model"),
-        pytest.param("a100", _body(max_tokens=0), 400, "max_tokens", id="zero-max-tokens"),
-        pytest.param("a100", _body(model="gpt-4o"), 404, "model", id="unknown-model"),
-        pytest.param("tiny-kv", _body(max_tokens=4096), 400, "prompt", id="over-max-context"),
-        pytest.param("tiny-kv", _body(max_tokens=3000), 400, "prompt", id="over-kv-capacity"),
+        # A body its schema refuses: "Bad Request", where from the body down (as vLLM).
+        pytest.param("a100", b"{not json", 400, "Bad Request", "body.1", id="malformed"),
+        pytest.param("a100", b'["a list"]', 400, "Bad Request", "body", id="not-an-object"),
+        pytest.param("a100", _body(model=5), 400, "Bad Request", "body.model", id="model-a-number"),
+        pytest.param("a100", _body(stream="yes"), 400, "Bad Request", "body.stream", id="stream"),
+        # A value the engine refuses, or a model it lacks.
+        pytest.param("a100", _body(prompt=None), 400, "BadRequestError", "prompt", id="no-prompt"),
+        pytest.param(
+            "a100", _body(max_tokens=0), 400, "BadRequestError", "max_tokens", id="zero-max-tokens"
+        ),
+        pytest.param("a100", _body(model="gpt-4o"), 404, "NotFoundError", "model", id="unknown"),
+        pytest.param(
+            "a100",
+            _body(model="gpt-4o", max_tokens=0),
+            404,
+            "NotFoundError",
+            "model",
+            id="the-model-is-checked-first",
+        ),
+        pytest.param(
+            "tiny-kv",
+            _body(max_tokens=4096),
+            400,
+            "BadRequestError",
+            "max_tokens",
+            id="over-max-context",
+        ),
+        pytest.param(
+            "tiny-kv",
+            _body(prompt="x" * 20_000),
+            400,
+            "BadRequestError",
+            "input_tokens",
+            id="prompt-over-max-context",
+        ),
+        pytest.param(
+            "tiny-kv",
+            _body(max_tokens=3000),
+            400,
+            "BadRequestError",
+            "max_tokens",
+            id="over-kv-capacity",
+        ),
     ],
 )
 async def test_bad_requests_answer_vllms_error_body(
@@ -175,17 +226,26 @@ async def test_bad_requests_answer_vllms_error_body(
     replica: str,
     body: bytes,
     status: int,
+    kind: str,
     param: str | None,
 ) -> None:
-    """As vLLM: the type names the status (``BadRequestError``), the code is the status."""
+    """As vLLM: the type says what refused it, the code is the status."""
     url = fleet.url(replica) + "/v1/completions"
     response = await client.post(url, content=body, headers={"content-type": "application/json"})
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"]
-    assert error["type"] == {400: "BadRequestError", 404: "NotFoundError"}[status]
-    assert (error["param"], error["code"]) == (param, status)
+    assert (error["type"], error["param"], error["code"]) == (kind, param, status)
+
+
+async def test_a_request_naming_no_model_gets_the_served_one(
+    fleet: EmulatedFleet, client: httpx.AsyncClient
+) -> None:
+    body = {"prompt": "hi", "max_tokens": 2}
+    response = await client.post(fleet.url("a100") + "/v1/completions", json=body)
+    assert response.status_code == 200
+    assert response.json()["model"] == MODEL
 
 
 async def test_metrics_carry_vllm_names_and_count_tokens(

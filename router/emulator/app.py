@@ -102,7 +102,8 @@ async def _complete(
         return _error(exc)
     gen = replica.driver.submit(job.prompt_tokens, job.output_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    head = ResponseHeader(kind, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), req.model)
+    model = req.model or replica.config.model
+    head = ResponseHeader(kind, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
     try:
         if req.stream:
             return await _stream(request, replica, req, job, gen, head)
@@ -132,6 +133,7 @@ def _report_end(
         output_tokens=job.output_tokens,
         finish_reason=job.finish_reason,
         max_tokens=max_tokens,
+        preemptions=gen.seq.preemptions,
     )
     replica.metrics.on_request_end(done)
 

@@ -1,24 +1,26 @@
 """A replica's ``/metrics``: Prometheus text with vLLM's metric families, names and labels.
 
-The families, their types and their label names are vLLM's (0.32), as the contract test
-(tests/contract/) records them from a real engine, so dashboards and the router's scraper
-read an emulated replica as they read a real one. Every series carries vLLM's ``engine``
-(the engine's index in a data-parallel server; one here) and ``model_name`` labels.
+The families, their types, their label names and their samples (``_total``, ``_bucket``,
+``_created``) are vLLM 0.32's, as the contract test (tests/contract/) recorded them from a real
+engine, so dashboards and the router's scraper read an emulated replica as they read a real
+one. Every series carries vLLM's ``engine`` (the engine's index in a data-parallel server;
+one here) and ``model_name`` labels, but for ``vllm:admission_rejections``, which vLLM labels
+by model only.
 
 Values come from the emulated engine, in engine seconds (router.emulator.driver): gauges are
 read when scraped; the engine loop reports each step (inter-token latency, tokens per step),
 each first token and each end; the HTTP handler reports each finished request with its finish
-reason and its phases (queued, prefill, decode). The emulator has no prefix cache, so prefix
-cache counters stay at 0 and ``cache_config_info`` says ``enable_prefix_caching="False"``.
-
-Like vLLM, it publishes its KV cache's size as the labels of ``vllm:cache_config_info`` (a
-gauge at 1: ``num_gpu_blocks`` of ``block_size`` 16 tokens, and ``kv_cache_size_tokens``, the
-engine's exact capacity). Each replica has its own registry: one process hosts many replicas.
+reason and its phases (queued, prefill, decode). What the emulator has no part of stays at 0,
+as on a real engine without it: the prefix cache (``cache_config_info`` says
+``enable_prefix_caching="False"``), external KV transfer, the multi-modal cache, the model
+FLOPs estimates (off unless vLLM is asked for them), admission limits (none by default).
+Each replica has its own registry: one process hosts many replicas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,8 +28,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from router.emulator.cache_config import ENGINE_INDEX, cache_config_labels
 from router.emulator.histogram import WeightedHistogram, one_two_five
-from router.sim.engine import BLOCK_TOKENS, Engine
+from router.perf.model import Deployment
+from router.sim.engine import Engine
 
 __all__ = [
     "CONTENT_TYPE",
@@ -36,7 +40,6 @@ __all__ = [
     "TTFT_BUCKETS",
     "FinishedRequest",
     "ReplicaMetrics",
-    "cache_config_labels",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -63,34 +66,35 @@ TOKEN_LATENCY_BUCKETS = (
 ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 """vLLM's buckets for tokens per engine step."""
 
-N_BUCKETS = (1, 2, 5, 10, 20)
-"""vLLM's buckets for the ``n`` request parameter."""
-
-FINISH_REASONS = ("stop", "length", "abort")
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 """vLLM's ``finished_reason`` label values; each is published from the start, at 0."""
 
-_ENGINE_INDEX = "0"
 _LABELS = ("engine", "model_name")
-_PER_REQUEST = (
-    ("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
-    ("request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
-    ("request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request."),
-    ("request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
-    ("request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."),
+_LABELLED_COUNTERS = {
+    # family: (its extra label, the values vLLM publishes from the start)
+    "prompt_tokens_by_source": (
+        "source",
+        ("local_compute", "local_cache_hit", "external_kv_transfer"),
+    ),
+    "prompt_tokens_cached_by_source": (
+        "source",
+        ("device", "host", "p2p", "disk", "external_unspecified"),
+    ),
+}
+_ZERO_COUNTERS = (
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "external_prefix_cache_queries",
+    "external_prefix_cache_hits",
+    "mm_cache_queries",
+    "mm_cache_hits",
+    "prompt_tokens_cached",
+    "estimated_flops_per_gpu",
+    "estimated_read_bytes_per_gpu",
+    "estimated_write_bytes_per_gpu",
 )
-
-
-def cache_config_labels(kv_capacity_tokens: int) -> dict[str, str]:
-    """The labels of vLLM's ``vllm:cache_config_info`` for a cache of this many tokens: a
-    subset of vLLM's ``CacheConfig`` fields, each a string as vLLM writes it, keys sorted."""
-    return {
-        "block_size": str(BLOCK_TOKENS),
-        "cache_dtype": "auto",
-        "enable_prefix_caching": "False",
-        "engine": _ENGINE_INDEX,
-        "kv_cache_size_tokens": str(kv_capacity_tokens),
-        "num_gpu_blocks": str(kv_capacity_tokens // BLOCK_TOKENS),
-    }
+_SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+_ADMISSION_LIMITS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +111,19 @@ class FinishedRequest:
     finish_reason: str
     max_tokens: int | None
     """The request's ``max_tokens`` (None: it set none)."""
+    preemptions: int = 0
 
 
 class ReplicaMetrics(Collector):
     """The metrics of one replica; gauges read the engine when scraped."""
 
-    def __init__(self, model_name: str, engine: Engine, max_model_len: int) -> None:
+    def __init__(
+        self, model_name: str, engine: Engine, max_model_len: int, deployment: Deployment
+    ) -> None:
         self._model_name = model_name
         self._engine = engine
+        self._cache_labels = cache_config_labels(engine.kv_capacity, deployment, max_model_len)
+        self._created = time.time()
         self._counters = dict.fromkeys(("prompt_tokens", "generation_tokens"), 0)
         self._successes = dict.fromkeys(FINISH_REASONS, 0)
         lengths = one_two_five(max_model_len)
@@ -122,13 +131,16 @@ class ReplicaMetrics(Collector):
             "time_to_first_token_seconds": TTFT_BUCKETS,
             "inter_token_latency_seconds": TOKEN_LATENCY_BUCKETS,
             "request_time_per_output_token_seconds": TOKEN_LATENCY_BUCKETS,
-            **{name: E2E_BUCKETS for name, _ in _PER_REQUEST},
+            **dict.fromkeys(_PHASES, E2E_BUCKETS),
+            "e2e_request_latency_seconds": E2E_BUCKETS,
             "iteration_tokens_total": ITERATION_BUCKETS,
             "request_prompt_tokens": lengths,
             "request_generation_tokens": lengths,
+            "request_prefill_kv_computed_tokens": lengths,
             "request_max_num_generation_tokens": lengths,
             "request_params_max_tokens": lengths,
-            "request_params_n": N_BUCKETS,
+            "request_params_n": (1, 2, 5, 10, 20),
+            "request_num_preemptions": (1, 2, 3, 4, 5, 10, 20),
         }
         self._histograms = {name: WeightedHistogram(b) for name, b in buckets.items()}
         self.registry = CollectorRegistry()
@@ -161,22 +173,25 @@ class ReplicaMetrics(Collector):
         """A finished request's reason, phases and lengths."""
         self._successes[done.finish_reason] = self._successes.get(done.finish_reason, 0) + 1
         decode = done.finished_at - done.first_token_at
-        phases = {
+        observed = {
             "request_queue_time_seconds": done.scheduled_at - done.arrived_at,
             "request_inference_time_seconds": done.finished_at - done.scheduled_at,
             "request_prefill_time_seconds": done.first_token_at - done.scheduled_at,
             "request_decode_time_seconds": decode,
             "request_prompt_tokens": done.prompt_tokens,
+            # No prefix cache: every prompt token is computed.
+            "request_prefill_kv_computed_tokens": done.prompt_tokens,
             "request_generation_tokens": done.output_tokens,
             "request_max_num_generation_tokens": done.max_tokens or done.output_tokens,
             "request_params_n": 1,
+            "request_num_preemptions": done.preemptions,
         }
         if done.output_tokens > 1:
             tpot = decode / (done.output_tokens - 1)
-            phases["request_time_per_output_token_seconds"] = tpot
+            observed["request_time_per_output_token_seconds"] = tpot
         if done.max_tokens is not None:
-            phases["request_params_max_tokens"] = done.max_tokens
-        for name, value in phases.items():
+            observed["request_params_max_tokens"] = done.max_tokens
+        for name, value in observed.items():
             self._histograms[name].observe(value)
 
     # --- the page ---------------------------------------------------------------------------
@@ -189,64 +204,95 @@ class ReplicaMetrics(Collector):
         yield from self._gauges()
         yield from self._counter_families()
         for name, histogram in self._histograms.items():
-            family = HistogramMetricFamily(f"vllm:{name}", _HELP.get(name, name), labels=_LABELS)
+            family = HistogramMetricFamily(f"vllm:{name}", _HELP[name], labels=_LABELS)
             histogram.add_to(family, self._labels())
+            labels = dict(zip(_LABELS, self._labels(), strict=True))
+            family.add_sample(f"vllm:{name}_created", labels, self._created)
             yield family
 
     def _labels(self, *extra: str) -> list[str]:
-        return [_ENGINE_INDEX, self._model_name, *extra]
+        return [ENGINE_INDEX, self._model_name, *extra]
 
     def _gauges(self) -> Iterator[GaugeMetricFamily]:
         engine = self._engine
+        waiting = len(engine.waiting)
         values = {
             "num_requests_running": engine.running,
-            "num_requests_waiting": len(engine.waiting),
+            "num_requests_waiting": waiting,
             "kv_cache_usage_perc": engine.kv_usage,
         }
         for name, value in values.items():
-            family = GaugeMetricFamily(f"vllm:{name}", _HELP[name], labels=_LABELS)
-            family.add_metric(self._labels(), value)
-            yield family
+            yield self._gauge(name, (), [((), value)])
         # Every request the emulated engine holds back waits for KV cache or a batch slot;
-        # none waits on something else (vLLM's "deferred": grammars, remote KV).
-        by_reason = GaugeMetricFamily(
-            "vllm:num_requests_waiting_by_reason",
-            _HELP["num_requests_waiting_by_reason"],
-            labels=(*_LABELS, "reason"),
-        )
-        by_reason.add_metric(self._labels("capacity"), len(engine.waiting))
-        by_reason.add_metric(self._labels("deferred"), 0)
-        yield by_reason
-        info = cache_config_labels(engine.kv_capacity)
+        # none waits on something else (vLLM's "deferred": LoRA budget, KV transfer).
+        by_reason = [(("capacity",), waiting), (("deferred",), 0)]
+        yield self._gauge("num_requests_waiting_by_reason", ("reason",), by_reason)
+        sleep = [((state,), int(state == "awake")) for state in _SLEEP_STATES]
+        yield self._gauge("engine_sleep_state", ("sleep_state",), sleep)
+        info = self._cache_labels
         cache = GaugeMetricFamily(
             "vllm:cache_config_info", _HELP["cache_config_info"], labels=tuple(info)
         )
         cache.add_metric(list(info.values()), 1)
         yield cache
 
+    def _gauge(
+        self, name: str, extra: tuple[str, ...], values: Sequence[tuple[tuple[str, ...], float]]
+    ) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(f"vllm:{name}", _HELP[name], labels=(*_LABELS, *extra))
+        for extra_values, value in values:
+            family.add_metric(self._labels(*extra_values), value)
+        return family
+
     def _counter_families(self) -> Iterator[CounterMetricFamily]:
-        values = {
+        plain = {
             **self._counters,
             "num_preemptions": self._engine.preemptions,
-            "prefix_cache_queries": 0,
-            "prefix_cache_hits": 0,
+            **dict.fromkeys(_ZERO_COUNTERS, 0),
         }
-        for name, value in values.items():
-            family = CounterMetricFamily(f"vllm:{name}", _HELP[name], labels=_LABELS)
-            family.add_metric(self._labels(), value)
-            yield family
-        success = CounterMetricFamily(
-            "vllm:request_success", _HELP["request_success"], labels=(*_LABELS, "finished_reason")
+        for name, value in plain.items():
+            yield self._counter(name, (), [((), value)])
+        successes = [((reason,), n) for reason, n in self._successes.items()]
+        yield self._counter("request_success", ("finished_reason",), successes)
+        for name, (label, keys) in _LABELLED_COUNTERS.items():
+            local = self._counters["prompt_tokens"] if name == "prompt_tokens_by_source" else 0
+            counts = [((key,), local if key == "local_compute" else 0) for key in keys]
+            yield self._counter(name, (label,), counts)
+        rejections = CounterMetricFamily(
+            "vllm:admission_rejections",
+            _HELP["admission_rejections"],
+            labels=("model_name", "reason"),
         )
-        for reason, count in self._successes.items():
-            success.add_metric(self._labels(reason), count)
-        yield success
+        for reason in _ADMISSION_LIMITS:
+            rejections.add_metric([self._model_name, reason], 0, created=self._created)
+        yield rejections
 
+    def _counter(
+        self, name: str, extra: tuple[str, ...], values: Sequence[tuple[tuple[str, ...], float]]
+    ) -> CounterMetricFamily:
+        family = CounterMetricFamily(f"vllm:{name}", _HELP[name], labels=(*_LABELS, *extra))
+        for extra_values, value in values:
+            family.add_metric(self._labels(*extra_values), value, created=self._created)
+        return family
+
+
+_PHASES = {
+    "request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+    "request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+    "request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+}
 
 _HELP = {
     "num_requests_running": "Number of requests in model execution batches.",
     "num_requests_waiting": "Number of requests waiting to be processed.",
-    "num_requests_waiting_by_reason": "Number of requests waiting, by the reason they wait.",
+    "num_requests_waiting_by_reason": "Number of waiting requests by reason. Reason labels: "
+    "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient "
+    "constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals "
+    "vllm:num_requests_waiting.",
+    "engine_sleep_state": "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 "
+    "means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+    "sleep level 2.",
     "kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
     "cache_config_info": "Information of the LLMEngine CacheConfig",
     "prompt_tokens": "Number of prefill tokens processed.",
@@ -254,17 +300,38 @@ _HELP = {
     "num_preemptions": "Cumulative number of preemption from the engine.",
     "prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
     "prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "external_prefix_cache_queries": "External prefix cache queries from KV connector "
+    "cross-instance cache sharing, in terms of number of queried tokens.",
+    "external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance "
+    "cache sharing, in terms of number of cached tokens.",
+    "mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
+    "mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
+    "prompt_tokens_by_source": "Number of prompt tokens by source.",
+    "prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
+    "prompt_tokens_cached_by_source": "Prefix-cache hit tokens by the cache tier that supplied "
+    "them.",
+    "estimated_flops_per_gpu": "Estimated number of floating point operations per GPU (for "
+    "Model Flops Utilization calculations).",
+    "estimated_read_bytes_per_gpu": "Estimated number of bytes read from memory per GPU (for "
+    "Model Flops Utilization calculations).",
+    "estimated_write_bytes_per_gpu": "Estimated number of bytes written to memory per GPU (for "
+    "Model Flops Utilization calculations).",
     "request_success": "Count of successfully processed requests.",
+    "admission_rejections": "Number of admission attempts rejected by a queue limit, by reason.",
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",
     "inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
     "request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per "
     "request.",
+    "e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
     "iteration_tokens_total": "Histogram of number of tokens per engine_step.",
     "request_prompt_tokens": "Number of prefill tokens processed.",
     "request_generation_tokens": "Number of generation tokens processed.",
+    "request_prefill_kv_computed_tokens": "Histogram of new KV tokens computed during prefill "
+    "(excluding cached tokens).",
     "request_max_num_generation_tokens": "Histogram of maximum number of requested generation "
     "tokens.",
     "request_params_max_tokens": "Histogram of the max_tokens request parameter.",
     "request_params_n": "Histogram of the n request parameter.",
-    **dict(_PER_REQUEST),
+    "request_num_preemptions": "Histogram of the number of times a request was preempted.",
+    **_PHASES,
 }

@@ -58,7 +58,9 @@ class EmulatedReplica:
         self.deployment = deployment_for(config, catalog)
         self.engine = engine_for(config, catalog)
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
-        self.metrics = ReplicaMetrics(config.model, self.engine, self.max_model_len)
+        self.metrics = ReplicaMetrics(
+            config.model, self.engine, self.max_model_len, self.deployment
+        )
         self.driver = EngineDriver(self.engine, time_scale=time_scale, observer=self.metrics)
         self.faults = FaultState()
         self.host = host
@@ -85,16 +87,20 @@ class EmulatedReplica:
 
     def plan(self, req: CompletionRequest) -> Job:
         """The request's lengths; ApiError when this replica cannot serve it."""
-        if req.model != self.config.model:
+        if req.model is not None and req.model != self.config.model:
             message = f"The model `{req.model}` does not exist."
             raise ApiError(404, message, param="model")
+        if req.refusal is not None:
+            raise req.refusal
         prompt, limit = req.prompt_tokens, self.max_model_len
         asked = prompt + (req.max_tokens or 1)
-        param = "messages" if req.kind == "chat" else "prompt"
+        # As vLLM: max_tokens is to blame when the prompt alone fits, else the input.
+        fits = req.max_tokens is not None and prompt < min(limit, self.kv_limit_tokens)
+        param = "max_tokens" if fits else "input_tokens"
         if asked > limit:
             message = (
                 f"This model's maximum context length is {limit} tokens. However, you "
-                f"requested {asked} tokens ({prompt} in the {param}, {asked - prompt} in the "
+                f"requested {asked} tokens ({prompt} in the input, {asked - prompt} in the "
                 "completion). Please reduce the length of the prompt or completion."
             )
             raise ApiError(400, message, param=param)

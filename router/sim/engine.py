@@ -43,6 +43,8 @@ class Sequence:
     decode_base_generated: int = 0
     admitted: int = 0
     """Admission order, for choosing the youngest to preempt."""
+    preemptions: int = 0
+    """Times this sequence was preempted for recompute."""
 
     def __post_init__(self) -> None:
         self.need = self.need or self.prompt_tokens
@@ -236,6 +238,7 @@ class Engine:
             youngest.need = youngest.prompt_tokens + youngest.generated
             youngest.prefilled = 0
             self.waiting.appendleft(youngest)
+            youngest.preemptions += 1
             self.preemptions += 1
             new_tokens -= 1
         return preempted
