@@ -32,6 +32,7 @@ from router.strategies.capacity_aware import CapacityAware
 from router.strategies.least_connections import LeastConnections, WeightedLeastConnections
 from router.strategies.least_tokens import LeastOutstandingTokens
 from router.strategies.p2c_peak_ewma import P2CPeakEwma
+from router.strategies.shortest_expected_delay import ShortestExpectedDelay
 from router.strategies.random_choice import WeightedRandom
 from router.strategies.round_robin import RoundRobin
 from router.strategies.shortest_expected_delay import ShortestExpectedDelay
@@ -134,8 +135,14 @@ def _check_pick(s: Strategy, req: Request, chosen: Replica | None, now: float) -
             load = chosen.outstanding_cost / chosen.speed
             assert load == min(r.outstanding_cost / r.speed for r in can)
     if chosen is None:
+        if isinstance(s, ShortestExpectedDelay) and can:
+            # Its rule: wait only for a full replica that would still finish sooner.
+            assert _sed_full_card_is_sooner(s, req, can), f"{s.name} waits for nothing sooner"
+            return
         assert not can, f"{s.name} left the request waiting though {can[0].id} could take it"
         return
+    if isinstance(s, ShortestExpectedDelay):
+        assert not _sed_full_card_is_sooner(s, req, can), f"{s.name} took a slower free slot"
     assert chosen in can, f"{s.name} chose {chosen.id}, which cannot take the request"
     if isinstance(s, Affinity) and req.affinity_key is not None:
         assert chosen is _ring_walk(s, req, can)
@@ -144,6 +151,22 @@ def _check_pick(s: Strategy, req: Request, chosen: Replica | None, now: float) -
         score = s.score(chosen, req, now)
         assert score is not None
         assert score <= best * (1 + 1e-12) + 1e-12
+
+
+def _sed_full_card_is_sooner(s: Strategy, req: Request, can: list[Replica]) -> bool:
+    """Shortest expected delay's reason to wait, from the replicas' raw state: an active
+    replica with no free slot that fits the request would finish it, after one of its
+    requests ends, sooner than the best replica with a slot."""
+    best = min((r.outstanding_cost + req.cost) / r.speed for r in can)
+    for r in s.pool:
+        if r.state is not ReplicaState.ACTIVE or r.has_slot or not r.fits(req):
+            continue
+        if r.index in req.avoid:
+            continue
+        backlog = r.outstanding_cost / r.speed
+        if backlog + backlog / max(r.in_flight, 1) + req.cost / r.speed < best:
+            return True
+    return False
 
 
 def _kv_room(r: Replica, now: float, stale_after_s: float) -> float:
