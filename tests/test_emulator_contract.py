@@ -22,7 +22,7 @@ from tests.contract.vllm_contract import (
 from tests.test_emulator_support import MODEL, TIME_SCALE, Spec, any_ports, fleet_config
 
 SPECS = (Spec("a100", max_context=2048),)
-"""As the lab's engines: ``--max-model-len 2048`` (the too-long probes count on it)."""
+"""As the lab's engines: ``--max-model-len 2048`` (the probes size their long prompt by it)."""
 
 
 @pytest.fixture

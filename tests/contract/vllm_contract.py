@@ -62,9 +62,6 @@ a few."""
 _CHAT = "/v1/chat/completions"
 _COMPLETIONS = "/v1/completions"
 
-_LONG = "hello " * 3000
-"""Over 2,048 tokens to any tokenizer (a word and its space are at most two)."""
-
 _MAX_TOKENS = 4
 """Long enough for a stream's first, middle and last chunks to differ."""
 
@@ -85,8 +82,12 @@ def _json(base: dict[str, Any], **changes: Any) -> bytes:
     return json.dumps({**base, **changes}).encode()
 
 
-def probes(model: str) -> list[Probe]:
-    """The contract's requests to a server that serves ``model``, in the order they are sent."""
+def probes(model: str, max_model_len: int) -> list[Probe]:
+    """The contract's requests to a server that serves ``model`` with a context of
+    ``max_model_len`` tokens, in the order they are sent."""
+    # One word more than the context: a word and its space are one or two tokens to any
+    # tokenizer (1.5 to the emulator's count), so the prompt alone cannot fit.
+    long_prompt = "hello " * (max_model_len + 1)
     # ignore_eos: a model with random weights may stop early, and a stop changes the shape of
     # the last chunk (finish_reason); vLLM reads it, the emulator ignores it.
     common = {"model": model, "max_tokens": _MAX_TOKENS, "temperature": 0, "ignore_eos": True}
@@ -116,8 +117,7 @@ def probes(model: str) -> list[Probe]:
         Probe("error_max_tokens_zero", _COMPLETIONS, "json", _json(completion, max_tokens=0)),
         # More than any model's context: refused before it reaches the engine.
         Probe("error_too_long", _COMPLETIONS, "json", _json(completion, max_tokens=10**7)),
-        # A prompt longer than the context (2,048 in the lab) on its own.
-        Probe("error_prompt_too_long", _COMPLETIONS, "json", _json(completion, prompt=_LONG)),
+        Probe("error_prompt_too_long", _COMPLETIONS, "json", _json(completion, prompt=long_prompt)),
         Probe("metrics", "/metrics", "metrics"),
     ]
 
@@ -125,7 +125,17 @@ def probes(model: str) -> list[Probe]:
 async def observe(base_url: str, model: str) -> dict[str, Any]:
     """Every probe's answer from the server at ``base_url``, reduced to its shape."""
     async with httpx.AsyncClient(base_url=base_url, timeout=_TIMEOUT_S) as client:
-        return {p.name: await _observe_one(client, p) for p in probes(model)}
+        max_model_len = await _max_model_len(client, model)
+        return {p.name: await _observe_one(client, p) for p in probes(model, max_model_len)}
+
+
+async def _max_model_len(client: httpx.AsyncClient, model: str) -> int:
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    for card in response.json().get("data", []):
+        if card.get("id") == model and isinstance(card.get("max_model_len"), int):
+            return int(card["max_model_len"])
+    raise ValueError(f"{client.base_url}/v1/models lists no {model!r} with its max_model_len")
 
 
 async def _observe_one(client: httpx.AsyncClient, probe: Probe) -> dict[str, Any]:
