@@ -257,7 +257,8 @@ class EngineDriver:
 
     def _began(self, duration: float) -> None:
         """A step starts at engine time ``_clock_v``: stamp the requests it schedules first."""
-        for seq in self.engine.prefilling:  # short: the sequences this step's budget reaches
+        # Admitted and not yet through their prefill: at most a step's token budget of them.
+        for seq in self.engine.prefilling:
             gen = self._live.get(seq.id)
             if gen is not None and gen.scheduled_at is None:
                 gen.scheduled_at = self._clock_v
