@@ -11,7 +11,7 @@ import pytest
 from router.config.schema import HealthConfig
 from router.core import RouterCore
 from router.http.health import HealthMonitor
-from router.http.silence import FLOOR_S, GAP_FACTOR, GAP_WINDOW, IdleLimit, SilenceWatch
+from router.http.silence import FLOOR_S, GAP_FACTOR, HALF_LIFE_S, IdleLimit, SilenceWatch
 from router.replica import ReplicaState
 from tests.test_emulator_support import MODEL, Spec, fleet_config
 
@@ -41,34 +41,43 @@ class Clock:
 
 
 def test_a_replica_with_no_gaps_observed_gets_the_ceiling() -> None:
-    assert IdleLimit(2.5).limit_s == 2.5
+    assert IdleLimit(2.5).limit_s(100.0) == 2.5
 
 
-def test_the_limit_is_a_multiple_of_the_gaps_within_floor_and_ceiling() -> None:
-    fast, steady, slow = IdleLimit(2.5), IdleLimit(2.5), IdleLimit(2.5)
-    for _ in range(100):
-        fast.observe(0.01)
-        steady.observe(0.3)
-        slow.observe(1.0)
-    assert fast.limit_s == FLOOR_S
-    assert steady.limit_s == pytest.approx(GAP_FACTOR * 0.3)
-    assert slow.limit_s == 2.5
+def test_the_limit_is_a_multiple_of_the_longest_gap_within_floor_and_ceiling() -> None:
+    fast, steady, slow = IdleLimit(5.0), IdleLimit(5.0), IdleLimit(5.0)
+    for k in range(100):
+        fast.observe(0.01, k * 0.01)
+        steady.observe(0.6, k * 0.01)
+        slow.observe(2.0, k * 0.01)
+    assert fast.limit_s(1.0) == FLOOR_S
+    assert steady.limit_s(1.0) == pytest.approx(GAP_FACTOR * 0.6, rel=0.01)
+    assert slow.limit_s(1.0) == 5.0
 
 
 def test_a_ceiling_below_the_floor_wins() -> None:
     limit = IdleLimit(0.4)
-    for _ in range(10):
-        limit.observe(0.001)
-    assert limit.limit_s == 0.4
+    limit.observe(0.001, 0.0)
+    assert limit.limit_s(0.0) == 0.4
 
 
-def test_the_limit_follows_recurring_long_gaps_not_a_single_one() -> None:
-    once, recurring = IdleLimit(10.0), IdleLimit(10.0)
-    for k in range(GAP_WINDOW):
-        once.observe(1.5 if k == 100 else 0.02)
-        recurring.observe(1.5 if k % 50 == 0 else 0.02)
-    assert once.limit_s == FLOOR_S
-    assert recurring.limit_s == pytest.approx(GAP_FACTOR * 1.5)
+def test_one_stall_among_thousands_of_short_gaps_sets_the_limit() -> None:
+    """The rare stall is what the limit must leave room for, however many gaps follow."""
+    limit = IdleLimit(10.0)
+    limit.observe(1.0, 0.0)
+    for k in range(1, 5000):
+        limit.observe(0.02, k * 0.001)
+    assert limit.limit_s(5.0) == pytest.approx(GAP_FACTOR * 1.0, rel=0.1)
+
+
+def test_a_stall_is_forgotten_by_halves() -> None:
+    limit = IdleLimit(10.0)
+    limit.observe(2.0, 0.0)
+    assert limit.peak(HALF_LIFE_S) == pytest.approx(1.0)
+    assert limit.peak(2 * HALF_LIFE_S) == pytest.approx(0.5)
+    limit.observe(0.8, 2 * HALF_LIFE_S)  # longer than what is left of the old peak
+    assert limit.peak(2 * HALF_LIFE_S) == pytest.approx(0.8)
+    assert limit.limit_s(20 * HALF_LIFE_S) == FLOOR_S
 
 
 # ---- sweeps -----------------------------------------------------------------------------

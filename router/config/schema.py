@@ -181,8 +181,9 @@ class HealthConfig:
     limit ends with an error event, and a replica that holds work and sends nothing for that
     long is probed at once with a one-token generation; if that fails it is ejected and the
     requests on it that have sent nothing to their client yet are re-run elsewhere. The limit
-    is learned from the replica's gaps between chunks (5 times their 99th percentile, at least
-    1 s); a replica with none observed yet gets this ceiling. A frozen replica is out within
+    is learned from the replica's gaps between chunks (3 times the longest gap of the last
+    minutes, a peak that halves every 60 s; at least 1.5 s); a replica with none observed yet
+    gets this ceiling. A frozen replica is out within
     this plus ``check_timeout_s``. 0 turns the watch off."""
     engine_metrics_interval_s: float = 2.0
     """How often each replica's own ``/metrics`` (queue, KV-cache usage) is read; 0: never."""

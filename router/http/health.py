@@ -275,11 +275,12 @@ class HealthMonitor(CoreListener):
 
     def look_for_silence(self) -> None:
         """End the streams silent past their replica's idle limit; probe silent replicas."""
-        found = self.silence.sweep(self.clock())
+        now = self.clock()
+        found = self.silence.sweep(now)
         replicas = self.core.pool.replicas
         suspects: dict[int, float] = dict(found.silent_replicas)
         for i, attempt, silent_s in found.silent_streams:
-            limit = self.silence.limit_s(i)
+            limit = self.silence.limit_s(i, now)
             attempt.interrupt(
                 f"{replicas[i].id}: no token for {silent_s:.1f} s (idle limit {limit:.1f} s)"
             )
@@ -344,7 +345,7 @@ class HealthMonitor(CoreListener):
                 "failures_in_row": self.failures[r.index],
                 "failed_checks_in_row": self.probe_failures[r.index],
                 "answered": self.answered[r.index],
-                "idle_limit_s": self.silence.limit_s(r.index),
+                "idle_limit_s": self.silence.limit_s(r.index, now),
                 "ejection": None
                 if e is None
                 else {

@@ -102,7 +102,7 @@ async def test_a_frozen_engine_is_ejected_routed_around_and_readmitted(
         tasks = [asyncio.create_task(_stream(client, server.front_url, model, s)) for s in streams]
         await asyncio.wait_for(asyncio.gather(*(s.first.wait() for s in streams)), 60)
         await asyncio.sleep(1.0)
-        limit = server.health.silence.limit_s(slow.index)
+        limit = server.health.silence.limit_s(slow.index, server.core.clock())
 
         frozen_at = time.monotonic()
         slow_engine.freeze()
