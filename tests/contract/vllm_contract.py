@@ -6,7 +6,9 @@ several kinds, and ``/metrics`` last (so its histograms have seen requests). :fu
 sends them, in order, to one server and reduces each answer to its status, media type and
 shape (tests/contract/shape.py): the JSON keys and nesting, the SSE framing and where
 ``usage`` and ``delta.role`` appear, error bodies, the ``vllm:`` metric families with their
-types and labels. Values that vary (ids, times, text, numbers) are not part of it.
+types and labels. Values that vary (ids, times, text, numbers) are not part of it. Last, one
+request of a known length and how it moves the engine's counters (tests/contract/
+metric_deltas.py): the numbers a request of that length fixes, whatever the engine.
 
 The golden file ``vllm-<major>.<minor>.json`` beside this module is that observation taken from
 a real vLLM engine. The emulator's test holds the emulator to the newest one; the real-engine
@@ -32,6 +34,7 @@ from typing import Any, Literal
 
 import httpx
 
+from tests.contract.metric_deltas import observe_deltas
 from tests.contract.shape import differences, json_shape, media_type, metrics_shape, sse_shape
 
 __all__ = [
@@ -126,7 +129,9 @@ async def observe(base_url: str, model: str) -> dict[str, Any]:
     """Every probe's answer from the server at ``base_url``, reduced to its shape."""
     async with httpx.AsyncClient(base_url=base_url, timeout=_TIMEOUT_S) as client:
         max_model_len = await _max_model_len(client, model)
-        return {p.name: await _observe_one(client, p) for p in probes(model, max_model_len)}
+        observed = {p.name: await _observe_one(client, p) for p in probes(model, max_model_len)}
+        observed["metric_deltas"] = await observe_deltas(client, model)
+        return observed
 
 
 async def _max_model_len(client: httpx.AsyncClient, model: str) -> int:
