@@ -275,3 +275,13 @@ def test_naming_a_replica_the_fleet_lacks_is_a_config_error() -> None:
     config: FleetConfig = fleet_config(Spec("a"))
     with pytest.raises(ConfigError, match="no replica 'b'"):
         EmulatedFleet(config, replicas=["b"])
+
+
+async def test_unknown_routes_and_methods_answer_in_json_as_vllm(
+    fleet: EmulatedFleet, client: httpx.AsyncClient
+) -> None:
+    missing = await client.get(fleet.url("a100") + "/v1/no-such-route")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
+    wrong = await client.get(fleet.url("a100") + "/v1/completions")
+    assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
+    assert wrong.headers["allow"] == "POST"

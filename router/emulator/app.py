@@ -40,7 +40,7 @@ _MAX_BODY_BYTES = 64 * 2**20
 
 def build_app(replica: EmulatedReplica) -> web.Application:
     """The aiohttp application of ``replica``."""
-    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=[_json_route_errors])
     created = int(time.time())
 
     async def completions(request: web.Request) -> web.StreamResponse:
@@ -73,6 +73,18 @@ def build_app(replica: EmulatedReplica) -> web.Application:
     for path, handler in routes:
         app.router.add_get(path, _hangable(replica, handler))
     return app
+
+
+@web.middleware
+async def _json_route_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An unknown path (404) or method (405) in JSON, ``{"detail": ...}``, as vLLM's app."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status not in (404, 405):
+            raise
+        allow = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
 def _hangable(replica: EmulatedReplica, handler: Handler) -> Handler:

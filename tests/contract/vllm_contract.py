@@ -77,7 +77,9 @@ class Probe:
     path: str
     read: Read
     body: bytes | None = None
-    """The JSON body to POST; None: a GET."""
+    """The JSON body to send."""
+    method: str | None = None
+    """None: POST with a body, GET without."""
 
 
 def _json(base: dict[str, Any], **changes: Any) -> bytes:
@@ -121,6 +123,8 @@ def probes(model: str, max_model_len: int) -> list[Probe]:
         # More than any model's context: refused before it reaches the engine.
         Probe("error_too_long", _COMPLETIONS, "json", _json(completion, max_tokens=10**7)),
         Probe("error_prompt_too_long", _COMPLETIONS, "json", _json(completion, prompt=long_prompt)),
+        Probe("error_unknown_path", "/v1/no-such-route", "json"),
+        Probe("error_wrong_method", _COMPLETIONS, "json", method="GET"),
         Probe("metrics", "/metrics", "metrics"),
     ]
 
@@ -144,11 +148,9 @@ async def _max_model_len(client: httpx.AsyncClient, model: str) -> int:
 
 
 async def _observe_one(client: httpx.AsyncClient, probe: Probe) -> dict[str, Any]:
-    if probe.body is None:
-        response = await client.get(probe.path)
-    else:
-        headers = {"Content-Type": "application/json"}
-        response = await client.post(probe.path, content=probe.body, headers=headers)
+    method = probe.method or ("GET" if probe.body is None else "POST")
+    headers = {} if probe.body is None else {"Content-Type": "application/json"}
+    response = await client.request(method, probe.path, content=probe.body, headers=headers)
     return {
         "status": response.status_code,
         "content_type": media_type(response.headers.get("content-type")),
