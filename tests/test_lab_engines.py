@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from router.lab import EngineStartError, Lab, LabEnvironment, free_port, wait_ready
+from router.lab import EngineStartError, Lab, LabEnvironment, LabError, free_port, wait_ready
 from router.lab.processes import read_process, session_members
 from router.lab.state import LabState, load_state, save_state
 from tests.lab_standin import CORE_TITLE, standin_engine, standin_environment
@@ -157,5 +157,37 @@ def test_restart_brings_a_terminated_engine_back_on_its_port(
         engine.restart(READY_S)
         assert engine.record.pid != first
         assert engine.healthy()
+    finally:
+        lab.down()
+
+
+def test_ensure_ready_thaws_a_frozen_engine_and_restarts_a_dead_one(
+    environment: LabEnvironment, tmp_path: Path
+) -> None:
+    lab = _lab(environment, tmp_path, 2)
+    frozen, dead = lab.engines
+    try:
+        frozen.freeze()
+        dead.stop()
+        lab.ensure_ready(READY_S)
+        assert all(p.state != "T" for p in frozen.members())
+        assert dead.running()
+        assert dead.healthy()
+        # The restarted engine's new session is what the state file now records.
+        recorded = load_state(tmp_path)
+        assert recorded is not None
+        assert recorded.engines[1].pid == dead.record.pid
+    finally:
+        lab.down()
+
+
+def test_up_refuses_to_start_over_a_running_lab(
+    environment: LabEnvironment, tmp_path: Path
+) -> None:
+    lab = _lab(environment, tmp_path, 1)
+    try:
+        with pytest.raises(LabError, match=r"a standin lab is already up \(1 engine\(s\)\)"):
+            Lab.up(environment.kind, tmp_path / "home", run_dir=tmp_path)
+        assert lab.engines[0].running()
     finally:
         lab.down()
