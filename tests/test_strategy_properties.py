@@ -32,7 +32,6 @@ from router.strategies.capacity_aware import CapacityAware
 from router.strategies.least_connections import LeastConnections, WeightedLeastConnections
 from router.strategies.least_tokens import LeastOutstandingTokens
 from router.strategies.p2c_peak_ewma import P2CPeakEwma
-from router.strategies.shortest_expected_delay import ShortestExpectedDelay
 from router.strategies.random_choice import WeightedRandom
 from router.strategies.round_robin import RoundRobin
 from router.strategies.shortest_expected_delay import ShortestExpectedDelay
