@@ -23,8 +23,10 @@ between the two. The measured rate takes over from the prior as its evidence gro
 decayed sum of shares: seconds at saturation it covers; half-way at ``EVIDENCE_S``), so a card
 too little used to measure keeps its prior. The published figure follows through a low-pass
 filter (``SMOOTH_S``). Where the performance model does not know the card or the model, the
-efficiency is 1 at any concurrency (the rate at the concurrency it ran: a plain measurement)
-and the prior is the replica's static weight times the fleet's rate per unit of weight.
+prior is the replica's static weight times the fleet's rate per unit of weight, and the
+measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
+against concurrency, a line through its completions) read at its batch size; until that line
+can be drawn, the plain throughput at the concurrency it ran.
 
 Model runs take a tenth of a second or more: the live router does them in a worker process
 (``ProcessFitter``) and keeps the prior it has until one is back.
@@ -53,6 +55,7 @@ from enum import StrEnum
 from router.capacity_prior import Curve, Fitter, InlineFitter, Pending, throughput_curve
 from router.config.schema import FleetConfig, ReplicaConfig
 from router.errors import GpuRouterError
+from router.load_curve import LoadCurve
 from router.perf.model import Deployment, WorkloadMix
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.replica import Replica
@@ -246,6 +249,7 @@ class ReplicaCapacity:
         "_stamp",
         "_work",
         "completions",
+        "curve",
         "own",
         "own_prior",
         "prior",
@@ -268,6 +272,10 @@ class ReplicaCapacity:
         self.completions = 0.0
         self._stamp: float | None = None
         self._last_completion: float | None = None
+        self.curve = LoadCurve()
+        """Seconds per unit of work against concurrency: read only where the model does not
+        know the replica (its efficiency is then 1, so a request's share is its time over its
+        concurrency, and its life over its share is its mean concurrency)."""
 
     def advance(self, in_flight: int, now: float) -> None:
         stamp, self._stamp = self._stamp, now
@@ -282,22 +290,35 @@ class ReplicaCapacity:
         return self._share
 
     def completed(
-        self, prompt_tokens: int, output_tokens: int, cost: float, mark: float, now: float
+        self,
+        lengths: tuple[int, int],
+        cost: float,
+        mark: float,
+        started: float,
+        now: float,
     ) -> None:
         last, self._last_completion = self._last_completion, now
         decay = 1.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
+        share = max(self._share - mark, 0.0)
         self._work = self._work * decay + cost
-        self._shares = self._shares * decay + max(self._share - mark, 0.0)
+        self._shares = self._shares * decay + share
         self.completions = self.completions * decay + 1.0
-        self.own.add(prompt_tokens, output_tokens, cost)
+        self.own.add(lengths[0], lengths[1], cost)
+        life = now - started
+        if self.prior.deployment is None and share > 0 and life > 0 and cost > 0:
+            self.curve.add(life / share, life / cost, cost, decay)
 
-    def measured(self) -> float | None:
+    def measured(self, batch_size: int) -> float | None:
         """Cost units per second at saturation on the mix this replica served, from
         accounting alone: the work its requests did over the model's share of the engine
         each had during its own life (a long request weighs in both, so the lengths' spread
-        cancels instead of adding noise)."""
+        cancels instead of adding noise). Without a model, the load curve at ``batch_size``."""
         if self._shares <= 0 or self.completions < 1.0:
             return None
+        if self.prior.deployment is None:
+            at_batch = self.curve.rate_at(batch_size)
+            if at_batch is not None:
+                return at_batch
         return self._work / self._shares
 
     def fitted(self) -> bool:
@@ -413,13 +434,13 @@ class FleetCapacity:
         lengths: tuple[int, int],
         cost: float,
         mark: float,
+        started: float,
         now: float,
     ) -> None:
-        """A request started at ``mark`` completed on ``r`` with these (prompt, output)
-        lengths."""
-        prompt_tokens, output_tokens = lengths
-        self.per_replica[r.index].completed(prompt_tokens, output_tokens, cost, mark, now)
-        self.mix.add(prompt_tokens, output_tokens, cost)
+        """A request that started at ``started`` (the share integral at ``mark``) completed
+        on ``r`` with these (prompt, output) lengths."""
+        self.per_replica[r.index].completed(lengths, cost, mark, started, now)
+        self.mix.add(lengths[0], lengths[1], cost)
 
     # ---- estimates ---------------------------------------------------------------------
 
@@ -504,7 +525,7 @@ class FleetCapacity:
     def _measured(self, i: int) -> float | None:
         """Replica ``i``'s measured rate at the fleet's mix (cost units per second)."""
         acc = self.per_replica[i]
-        measured = acc.measured()
+        measured = acc.measured(self._replicas[i].batch_size)
         if measured is None or (self._deployments[i] is not None and not acc.fitted()):
             return None
         return acc.at_fleet_mix(measured)

@@ -171,7 +171,8 @@ class RouterCore:
         if a.expected_s > 0:
             r.observe_slowdown((now - a.started) / a.expected_s, now)
         produced = output_tokens if output_tokens is not None else req.max_tokens
-        self.capacity.completed(r, (req.prompt_tokens, produced), req.cost, a.share_mark, now)
+        lengths = (req.prompt_tokens, produced)
+        self.capacity.completed(r, lengths, req.cost, a.share_mark, a.started, now)
         r.completed += 1
         self._finish(req, Outcome.COMPLETED, replica=r.id)
         self._settle(r)
