@@ -4,13 +4,15 @@ each request's phases, inter-token latency per generated token, the waiting queu
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.emulator import EmulatedFleet
+from router.emulator.exposition import Page, label_text
 from router.emulator.histogram import WeightedHistogram, one_two_five
 from tests.test_emulator_support import (
     MODEL,
@@ -112,10 +114,7 @@ def test_a_weighted_observation_counts_n_times_in_its_bucket() -> None:
     histogram.observe(2.0)
     assert histogram.count == 4
     assert histogram.total == pytest.approx(3.5)
-    family = HistogramMetricFamily("h", "a test histogram", labels=["x"])
-    histogram.add_to(family, ["1"])
-    buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
-    assert buckets == {"0.1": 0, "0.5": 3, "1.0": 3, "+Inf": 4}
+    assert histogram.cumulative() == [(0.1, 0), (0.5, 3), (1.0, 3), (math.inf, 4)]
     with pytest.raises(ValueError, match="increasing"):
         WeightedHistogram((1.0, 0.5))
 
@@ -123,3 +122,23 @@ def test_a_weighted_observation_counts_n_times_in_its_bucket() -> None:
 def test_token_buckets_run_one_two_five_up_to_the_limit() -> None:
     assert one_two_five(100) == (1, 2, 5, 10, 20, 50, 100)
     assert one_two_five(2048) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+def test_the_page_is_prometheus_text_that_prometheus_client_reads_back() -> None:
+    """Written by hand for speed, so read back with the parser the router uses."""
+    page = Page()
+    page.gauge("g", "a gauge", [(label_text({"model_name": 'a"b\\c'}), 0.5)])
+    page.counter("c", "a counter", [('engine="0"', 3)], created=17.0)
+    page.histogram("h", "a histogram", 'engine="0"', [(1.0, 2), (math.inf, 5)], 9.5, 17.0)
+    families = {f.name: f for f in text_string_to_metric_families(page.render().decode())}
+    assert families["g"].samples[0].labels == {"model_name": 'a"b\\c'}
+    assert families["c"].type == "counter"
+    assert [(s.name, s.value) for s in families["c"].samples] == [("c_total", 3.0)]
+    assert families["c_created"].samples[0].value == 17.0
+    histogram = {(s.name, s.labels.get("le")): s.value for s in families["h"].samples}
+    assert histogram == {
+        ("h_bucket", "1.0"): 2.0,
+        ("h_bucket", "+Inf"): 5.0,
+        ("h_count", None): 5.0,
+        ("h_sum", None): 9.5,
+    }

@@ -3,15 +3,14 @@
 An engine step gives every decoding sequence one token, so the inter-token latency histogram
 gets the step's duration once per sequence: up to hundreds of equal observations a step.
 prometheus_client's ``Histogram`` observes one at a time; this one adds ``n`` in O(log
-buckets), and renders itself as a family for a custom collector.
+buckets).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
-
-from prometheus_client.core import HistogramMetricFamily
 
 __all__ = ["WeightedHistogram", "one_two_five"]
 
@@ -35,14 +34,14 @@ class WeightedHistogram:
     def count(self) -> int:
         return sum(self._counts)
 
-    def add_to(self, family: HistogramMetricFamily, labels: Sequence[str]) -> None:
-        """One labelled histogram in ``family``: cumulative buckets, ``+Inf``, sum."""
-        cumulative: list[tuple[str, float]] = []
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(bound, observations at or below it)`` for every bound, then ``+Inf``."""
+        out: list[tuple[float, int]] = []
         running = 0
-        for bound, n in zip((*self.bounds, float("inf")), self._counts, strict=True):
+        for bound, n in zip((*self.bounds, math.inf), self._counts, strict=True):
             running += n
-            cumulative.append((_le(bound), running))
-        family.add_metric(list(labels), cumulative, self.total)
+            out.append((bound, running))
+        return out
 
 
 def one_two_five(limit: int) -> tuple[int, ...]:
@@ -55,8 +54,3 @@ def one_two_five(limit: int) -> tuple[int, ...]:
                 return tuple(out)
             out.append(m * scale)
         scale *= 10
-
-
-def _le(bound: float) -> str:
-    """A bucket's ``le`` label as Prometheus writes it: ``0.5``, ``1.0``, ``+Inf``."""
-    return "+Inf" if bound == float("inf") else repr(bound)

@@ -20,15 +20,12 @@ Each replica has its own registry: one process hosts many replicas.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
 
 from router.emulator.cache_config import ENGINE_INDEX, cache_config_labels
+from router.emulator.exposition import Page, label_text
 from router.emulator.histogram import WeightedHistogram, one_two_five
 from router.perf.model import Deployment
 from router.sim.engine import Engine
@@ -69,7 +66,6 @@ ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 """vLLM's ``finished_reason`` label values; each is published from the start, at 0."""
 
-_LABELS = ("engine", "model_name")
 _LABELLED_COUNTERS = {
     # family: (its extra label, the values vLLM publishes from the start)
     "prompt_tokens_by_source": (
@@ -114,7 +110,7 @@ class FinishedRequest:
     preemptions: int = 0
 
 
-class ReplicaMetrics(Collector):
+class ReplicaMetrics:
     """The metrics of one replica; gauges read the engine when scraped."""
 
     def __init__(
@@ -122,7 +118,8 @@ class ReplicaMetrics(Collector):
     ) -> None:
         self._model_name = model_name
         self._engine = engine
-        self._cache_labels = cache_config_labels(engine.kv_capacity, deployment, max_model_len)
+        self._base = label_text({"engine": ENGINE_INDEX, "model_name": model_name})
+        self._cache = label_text(cache_config_labels(engine.kv_capacity, deployment, max_model_len))
         self._created = time.time()
         self._counters = dict.fromkeys(("prompt_tokens", "generation_tokens"), 0)
         self._successes = dict.fromkeys(FINISH_REASONS, 0)
@@ -143,8 +140,6 @@ class ReplicaMetrics(Collector):
             "request_num_preemptions": (1, 2, 3, 4, 5, 10, 20),
         }
         self._histograms = {name: WeightedHistogram(b) for name, b in buckets.items()}
-        self.registry = CollectorRegistry()
-        self.registry.register(self)
 
     # --- what the engine loop reports -------------------------------------------------------
 
@@ -198,22 +193,21 @@ class ReplicaMetrics(Collector):
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        return generate_latest(self.registry)
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
-        yield from self._gauges()
-        yield from self._counter_families()
+        page = Page()
+        self._gauges(page)
+        self._counter_families(page)
         for name, histogram in self._histograms.items():
-            family = HistogramMetricFamily(f"vllm:{name}", _HELP[name], labels=_LABELS)
-            histogram.add_to(family, self._labels())
-            labels = dict(zip(_LABELS, self._labels(), strict=True))
-            family.add_sample(f"vllm:{name}_created", labels, self._created)
-            yield family
+            total, created = histogram.total, self._created
+            buckets = histogram.cumulative()
+            page.histogram(f"vllm:{name}", _HELP[name], self._base, buckets, total, created)
+        return page.render()
 
-    def _labels(self, *extra: str) -> list[str]:
-        return [ENGINE_INDEX, self._model_name, *extra]
+    def _with(self, label: str, value: str) -> str:
+        """The replica's labels and one more, sorted by name as vLLM writes them."""
+        labels = {"engine": ENGINE_INDEX, "model_name": self._model_name, label: value}
+        return label_text(dict(sorted(labels.items())))
 
-    def _gauges(self) -> Iterator[GaugeMetricFamily]:
+    def _gauges(self, page: Page) -> None:
         engine = self._engine
         waiting = len(engine.waiting)
         values = {
@@ -222,58 +216,38 @@ class ReplicaMetrics(Collector):
             "kv_cache_usage_perc": engine.kv_usage,
         }
         for name, value in values.items():
-            yield self._gauge(name, (), [((), value)])
+            page.gauge(f"vllm:{name}", _HELP[name], [(self._base, value)])
         # Every request the emulated engine holds back waits for KV cache or a batch slot;
         # none waits on something else (vLLM's "deferred": LoRA budget, KV transfer).
-        by_reason = [(("capacity",), waiting), (("deferred",), 0)]
-        yield self._gauge("num_requests_waiting_by_reason", ("reason",), by_reason)
-        sleep = [((state,), int(state == "awake")) for state in _SLEEP_STATES]
-        yield self._gauge("engine_sleep_state", ("sleep_state",), sleep)
-        info = self._cache_labels
-        cache = GaugeMetricFamily(
-            "vllm:cache_config_info", _HELP["cache_config_info"], labels=tuple(info)
-        )
-        cache.add_metric(list(info.values()), 1)
-        yield cache
+        by_reason = [
+            (self._with("reason", "capacity"), waiting),
+            (self._with("reason", "deferred"), 0),
+        ]
+        name = "num_requests_waiting_by_reason"
+        page.gauge(f"vllm:{name}", _HELP[name], by_reason)
+        sleep = [(self._with("sleep_state", s), int(s == "awake")) for s in _SLEEP_STATES]
+        page.gauge("vllm:engine_sleep_state", _HELP["engine_sleep_state"], sleep)
+        page.gauge("vllm:cache_config_info", _HELP["cache_config_info"], [(self._cache, 1)])
 
-    def _gauge(
-        self, name: str, extra: tuple[str, ...], values: Sequence[tuple[tuple[str, ...], float]]
-    ) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(f"vllm:{name}", _HELP[name], labels=(*_LABELS, *extra))
-        for extra_values, value in values:
-            family.add_metric(self._labels(*extra_values), value)
-        return family
-
-    def _counter_families(self) -> Iterator[CounterMetricFamily]:
+    def _counter_families(self, page: Page) -> None:
         plain = {
             **self._counters,
             "num_preemptions": self._engine.preemptions,
             **dict.fromkeys(_ZERO_COUNTERS, 0),
         }
         for name, value in plain.items():
-            yield self._counter(name, (), [((), value)])
-        successes = [((reason,), n) for reason, n in self._successes.items()]
-        yield self._counter("request_success", ("finished_reason",), successes)
+            page.counter(f"vllm:{name}", _HELP[name], [(self._base, value)], self._created)
+        successes = [(self._with("finished_reason", r), n) for r, n in self._successes.items()]
+        name = "request_success"
+        page.counter(f"vllm:{name}", _HELP[name], successes, self._created)
         for name, (label, keys) in _LABELLED_COUNTERS.items():
             local = self._counters["prompt_tokens"] if name == "prompt_tokens_by_source" else 0
-            counts = [((key,), local if key == "local_compute" else 0) for key in keys]
-            yield self._counter(name, (label,), counts)
-        rejections = CounterMetricFamily(
-            "vllm:admission_rejections",
-            _HELP["admission_rejections"],
-            labels=("model_name", "reason"),
-        )
-        for reason in _ADMISSION_LIMITS:
-            rejections.add_metric([self._model_name, reason], 0, created=self._created)
-        yield rejections
-
-    def _counter(
-        self, name: str, extra: tuple[str, ...], values: Sequence[tuple[tuple[str, ...], float]]
-    ) -> CounterMetricFamily:
-        family = CounterMetricFamily(f"vllm:{name}", _HELP[name], labels=(*_LABELS, *extra))
-        for extra_values, value in values:
-            family.add_metric(self._labels(*extra_values), value, created=self._created)
-        return family
+            counts = [(self._with(label, k), local if k == "local_compute" else 0) for k in keys]
+            page.counter(f"vllm:{name}", _HELP[name], counts, self._created)
+        model = label_text({"model_name": self._model_name})
+        rejections = [(f'{model},reason="{reason}"', 0) for reason in _ADMISSION_LIMITS]
+        name = "admission_rejections"
+        page.counter(f"vllm:{name}", _HELP[name], rejections, self._created)
 
 
 _PHASES = {
