@@ -14,7 +14,7 @@ reason and its phases (queued, prefill, decode). What the emulator has no part o
 as on a real engine without it: the prefix cache (``cache_config_info`` says
 ``enable_prefix_caching="False"``), external KV transfer, the multi-modal cache, the model
 FLOPs estimates (off unless vLLM is asked for them), admission limits (none by default).
-Each replica has its own registry: one process hosts many replicas.
+Each replica has its own page (router/emulator/exposition.py): one process hosts many replicas.
 """
 
 from __future__ import annotations
