@@ -4,6 +4,7 @@ and what health checking does about them (a generation probe; ejection when it f
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,7 +12,14 @@ import pytest
 from router.config.schema import HealthConfig
 from router.core import RouterCore
 from router.http.health import HealthMonitor
-from router.http.silence import FLOOR_S, GAP_FACTOR, HALF_LIFE_S, IdleLimit, SilenceWatch
+from router.http.silence import (
+    FLOOR_S,
+    GAP_FACTOR,
+    HALF_LIFE_S,
+    VERDICT_STEPS,
+    IdleLimit,
+    SilenceWatch,
+)
 from router.replica import ReplicaState
 from tests.test_emulator_support import MODEL, Spec, fleet_config
 
@@ -112,6 +120,34 @@ def test_new_requests_do_not_keep_a_silent_replica_looking_alive() -> None:
     assert watch.sweep(8.5).silent_replicas == [(0, 2.5)]
 
 
+def test_a_stream_is_silent_again_only_counting_from_the_last_verdict_of_working() -> None:
+    """A request the engine preempted sits silent on a replica that works: once a probe has
+    said so, the stream is no new suspicion until it stays silent a whole limit more."""
+    watch = SilenceWatch(1, ceiling_s=2.0)
+    preempted = FakeAttempt(0.0, streaming=True, waiting_since=1.0)
+    watch.begin(0, preempted)
+    assert [a for _, a, _ in watch.sweep(3.5).silent_streams] == [preempted]
+    watch.working(0, 4.0)
+    assert watch.sweep(5.9).silent_streams == []
+    assert [a for _, a, _ in watch.sweep(6.1).silent_streams] == [preempted]
+
+
+def test_the_verdict_window_is_two_of_the_longest_plausible_steps() -> None:
+    """The longest gap seen, or the modelled full-budget step over the calibration, whichever
+    is longer; never shorter than the floor (the probe timeout)."""
+    watch = SilenceWatch(3, ceiling_s=2.0)
+    watch.modelled_step_s = [0.0, 1.6, 1.6]
+    watch.chunk(0, 10.0, 0.9)
+    watch.chunk(2, 10.0, 0.9)
+    assert watch.verdict_window_s(0, 10.0, 0.3, 1.0) == pytest.approx(VERDICT_STEPS * 0.9)
+    assert watch.verdict_window_s(1, 10.0, 0.3, 1.0) == pytest.approx(VERDICT_STEPS * 1.6)
+    # A fleet measured at half the modelled speed: its steps take twice the model's time.
+    assert watch.verdict_window_s(1, 10.0, 0.3, 0.5) == pytest.approx(VERDICT_STEPS * 3.2)
+    assert watch.verdict_window_s(2, 10.0, 5.0, 1.0) == 5.0
+    unknown = SilenceWatch(1, ceiling_s=2.0)
+    assert unknown.verdict_window_s(0, 0.0, 2.0, 1.0) == 2.0  # no gap, no model: the floor
+
+
 def test_a_replica_without_work_is_never_silent_and_a_zero_ceiling_finds_nothing() -> None:
     assert SilenceWatch(1, 2.0).sweep(1e9) == SilenceWatch(1, 2.0).sweep(0.0)
     off = SilenceWatch(1, ceiling_s=0.0)
@@ -125,14 +161,20 @@ def test_a_replica_without_work_is_never_silent_and_a_zero_ceiling_finds_nothing
 
 
 class Generations:
-    """A generation probe that answers as told, recording what it was asked."""
+    """A generation probe that answers as told, recording what it was asked and within what
+    time; ``meanwhile`` runs while it waits (a replica's streams speaking, say)."""
 
     def __init__(self, problem: str | None) -> None:
         self.problem = problem
         self.asked: list[tuple[str, str]] = []
+        self.timeouts: list[float] = []
+        self.meanwhile: Callable[[], None] | None = None
 
     async def __call__(self, url: str, model: str, timeout_s: float) -> str | None:
         self.asked.append((url, model))
+        self.timeouts.append(timeout_s)
+        if self.meanwhile is not None:
+            self.meanwhile()
         return self.problem
 
 
@@ -152,7 +194,7 @@ async def _settle(health: HealthMonitor) -> None:
         await asyncio.gather(*health._probes)
 
 
-async def test_a_silent_stream_ends_and_a_failed_generation_ejects_its_replica() -> None:
+async def test_a_silent_stream_ends_only_when_a_failed_generation_ejects_its_replica() -> None:
     generate = Generations("generation probe failed: timed out")
     health, clock = monitor(generate)
     stream = FakeAttempt(0.0, streaming=True, waiting_since=1.0)
@@ -161,8 +203,9 @@ async def test_a_silent_stream_ends_and_a_failed_generation_ejects_its_replica()
     health.silence.begin(0, waiting)
     clock.now = 3.5
     health.look_for_silence()
-    assert stream.reasons == ["a: no token for 2.5 s (idle limit 2.0 s)"]
+    assert stream.reasons == []  # silence alone ends nothing: the probe decides
     await _settle(health)
+    assert stream.reasons == ["a: silent for 3.5 s; generation probe failed: timed out"]
     a = health.core.replica("a")
     assert generate.asked == [(a.config.endpoint + "/v1/completions", MODEL)]
     assert a.state is ReplicaState.EJECTED
@@ -201,3 +244,54 @@ async def test_a_replica_ejected_for_silence_comes_back_only_when_it_generates()
     await health.round()
     assert health.core.replica("a").state is ReplicaState.ACTIVE
     assert len(generate.asked) == 3
+
+
+async def test_a_silent_stream_on_a_replica_that_generates_is_kept() -> None:
+    """A slow card's full-budget prefill step silences every stream on it for seconds: the
+    probe finds it working, and no stream ends."""
+    generate = Generations(None)
+    health, clock = monitor(generate)
+    streams = [FakeAttempt(0.0, streaming=True, waiting_since=1.0) for _ in range(3)]
+    for stream in streams:
+        health.silence.begin(0, stream)
+    clock.now = 3.5
+    health.look_for_silence()
+    await _settle(health)
+    assert [s.reasons for s in streams] == [[], [], []]
+    assert health.core.replica("a").state is ReplicaState.ACTIVE
+    clock.now = 4.0
+    health.look_for_silence()  # still silent, but found working since: no new probe
+    await _settle(health)
+    assert len(generate.asked) == 1
+
+
+async def test_a_replica_heard_from_while_its_probe_waits_is_working() -> None:
+    """The probe of a full batch waits for a free slot and may time out; the streams that
+    hold the batch speak meanwhile, and that is a verdict of working."""
+    generate = Generations("generation probe failed: timed out")
+    health, clock = monitor(generate)
+    stream = FakeAttempt(0.0, streaming=True, waiting_since=0.5)
+    health.silence.begin(0, stream)
+    generate.meanwhile = lambda: health.silence.chunk(0, 3.0, 2.5)
+    clock.now = 2.6
+    health.look_for_silence()
+    await _settle(health)
+    assert stream.reasons == []
+    assert health.core.replica("a").state is ReplicaState.ACTIVE
+    assert health.ejections == {}
+
+
+async def test_the_probe_of_a_silent_replica_waits_its_verdict_window() -> None:
+    """A replica whose steps were seen to take 1.8 s gets two of them to generate a token,
+    not the 2 s probe timeout: a one-token generation waits for the step in progress."""
+    generate = Generations(None)
+    health, clock = monitor(generate)
+    health.silence.modelled_step_s = [0.0, 0.0]  # the fleet's card is no matter here
+    health.silence.chunk(0, 0.0, 1.8)
+    health.silence.begin(0, FakeAttempt(0.0, streaming=True, waiting_since=0.0))
+    clock.now = 5.5
+    health.look_for_silence()
+    await _settle(health)
+    peak = health.silence.limits[0].peak(5.5)  # 1.8 s, decayed a little since
+    assert peak > 1.6
+    assert generate.timeouts == [pytest.approx(VERDICT_STEPS * peak)]

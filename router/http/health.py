@@ -7,12 +7,16 @@
   (``GET check_path``, ``check_timeout_s``); as many failed probes in a row eject it too.
 - **Silence** (router/http/silence.py): a stream that relayed nothing for longer than its
   replica's idle limit (learned from the gaps between its chunks, at most
-  ``stream_idle_max_s``) ends with an error event, and a replica that holds work and sent
-  nothing for that long is suspect: either way it is probed at once with a real generation
-  (a one-token completion of its model). A frozen engine answers ``/health`` in a
-  millisecond, so only a generation tells. If the probe fails the replica is ejected (cause
-  ``silence``) and every attempt on it is stopped: the ones that have sent nothing to their
-  client are re-run on another replica, the streams end with an error event.
+  ``stream_idle_max_s``), or a replica that holds work and sent nothing for that long, makes
+  the replica a suspect: it is probed at once with a real generation (a one-token
+  completion of its model). A frozen engine answers ``/health`` in a millisecond, so only a
+  generation tells. Silence alone ends nothing: a slow card's full-budget prefill step
+  silences every stream on it for seconds. The probe has the verdict window (two of the
+  replica's longest plausible steps, at least ``check_timeout_s``); a replica that generates
+  within it, or is heard from meanwhile, is working and keeps every stream. One that does
+  neither is stuck: it is ejected (cause ``silence``) and every attempt on it is stopped:
+  the ones that have sent nothing to their client are re-run on another replica, the
+  streams end with an error event.
 - **Readmission**: an ejection lasts ``eject_base_s``, doubled for each ejection in a row (up
   to ``eject_max_s``); when it ends a generation probe decides: a replica that generates is
   readmitted, one that does not stays out for the next, longer window. A replica that stays
@@ -44,8 +48,9 @@ from dataclasses import dataclass
 
 from router.config.schema import HealthConfig
 from router.core import CoreListener, RouterCore
-from router.errors import ControlError
-from router.http.silence import SilenceWatch
+from router.errors import ControlError, GpuRouterError
+from router.http.silence import FULL_STEP_TOKENS, SilenceWatch
+from router.perf.model import Deployment, batch_step_function
 from router.replica import Replica, ReplicaState
 
 __all__ = ["Ejection", "Generate", "HealthMonitor", "Probe"]
@@ -90,6 +95,7 @@ class HealthMonitor(CoreListener):
         n = len(core.pool)
         self.silence = SilenceWatch(n, config.stream_idle_max_s)
         """The attempts in flight, their replicas' idle limits; the proxy reports to it."""
+        self.silence.modelled_step_s = [_full_step_s(core, r) for r in core.pool]
         self.failures = [0] * n
         """Consecutive failed requests per replica index."""
         self.probe_failures = [0] * n
@@ -211,14 +217,17 @@ class HealthMonitor(CoreListener):
     def _url(self, r: Replica) -> str:
         return r.config.endpoint.rstrip("/") + self.config.check_path
 
-    async def _ask(self, r: Replica, *, generate: bool = False) -> str | None:
-        """Probe the replica: a generation when asked for and possible, else its health."""
+    async def _ask(
+        self, r: Replica, *, generate: bool = False, timeout_s: float | None = None
+    ) -> str | None:
+        """Probe the replica: a generation when asked for and possible, else its health;
+        within ``timeout_s`` (by default ``check_timeout_s``)."""
         i = r.index
         if i in self._probing:
             return _BUSY
         self._probing.add(i)
         try:
-            timeout = self.config.check_timeout_s
+            timeout = self.config.check_timeout_s if timeout_s is None else timeout_s
             base = r.config.endpoint.rstrip("/")
             if generate and self._generate is not None:
                 return await self._generate(base + "/v1/completions", _model_of(r), timeout)
@@ -274,19 +283,21 @@ class HealthMonitor(CoreListener):
             self.look_for_silence()
 
     def look_for_silence(self) -> None:
-        """End the streams silent past their replica's idle limit; probe silent replicas."""
-        now = self.clock()
-        found = self.silence.sweep(now)
+        """Probe the replicas that are silent, or hold a stream silent past their idle
+        limit. Nothing is stopped here: only the probe's verdict may do that."""
+        found = self.silence.sweep(self.clock())
         replicas = self.core.pool.replicas
         suspects: dict[int, float] = dict(found.silent_replicas)
-        for i, attempt, silent_s in found.silent_streams:
-            limit = self.silence.limit_s(i, now)
-            attempt.interrupt(
-                f"{replicas[i].id}: no token for {silent_s:.1f} s (idle limit {limit:.1f} s)"
-            )
+        for i, _, silent_s in found.silent_streams:
             suspects[i] = max(suspects.get(i, 0.0), silent_s)
         for i, silent_s in suspects.items():
             self._suspect(replicas[i], silent_s)
+
+    def verdict_window_s(self, r: Replica) -> float:
+        """How long the probe of a silent replica may take (router/http/silence.py)."""
+        calibration = self.core.capacity.calibration
+        now = self.clock()
+        return self.silence.verdict_window_s(r.index, now, self.config.check_timeout_s, calibration)
 
     def _suspect(self, r: Replica, silent_s: float) -> None:
         # Without ejection (eject_after_failures: 0) a probe could change nothing.
@@ -301,17 +312,21 @@ class HealthMonitor(CoreListener):
 
     async def _silence_probe(self, r: Replica, silent_s: float) -> None:
         i = r.index
+        heard, silent_since = self.silence.heard[i], self.clock() - silent_s
+        window = self.verdict_window_s(r)
         try:
-            problem = await self._ask(r, generate=True)
+            problem = await self._ask(r, generate=True, timeout_s=window)
         finally:
             self._suspected.discard(i)
         if problem == _BUSY:
             return
+        if self.silence.heard[i] > heard:
+            problem = None  # it spoke while the probe waited (for a free slot, say): working
         self.answered[i] = problem is None
         if problem is None:
-            self.silence.heard_from(i, self.clock())  # it works: slow, not stuck
+            self.silence.working(i, self.clock())  # slow, not stuck: it keeps every stream
             return
-        reason = f"silent for {silent_s:.1f} s; {problem}"
+        reason = f"silent for {self.clock() - silent_since:.1f} s; {problem}"
         if r.state is ReplicaState.ACTIVE:
             self._eject(r, reason, "silence")
         # Requests that sent nothing to their client yet are re-run elsewhere; streams end.
@@ -356,6 +371,21 @@ class HealthMonitor(CoreListener):
                 },
             }
         return out
+
+
+def _full_step_s(core: RouterCore, r: Replica) -> float:
+    """The performance model's seconds for a step that prefills a full budget on the
+    replica's card and model; 0 where the model knows neither (a CPU engine, say)."""
+    catalog = core.capacity.catalog
+    try:
+        deployment = Deployment(
+            gpu=catalog.gpu(r.config.gpu_model),
+            model=catalog.model(r.config.model),
+            tensor_parallel=max(1, len(r.config.gpus)),
+        )
+    except (GpuRouterError, ValueError):
+        return 0.0
+    return batch_step_function(deployment)(FULL_STEP_TOKENS, 0, 0)
 
 
 def _model_of(r: Replica) -> str:

@@ -16,10 +16,10 @@ attempt on a replica, the :class:`~router.core.Finished` ends the request. An at
 - a stream is a success once it relayed ``data: [DONE]``: a client that hangs up while the
   replica ends its body got the whole answer;
 - while it waits on the replica it is registered with the silence watch
-  (router/http/silence.py): health checking stops it when its stream stays silent past the
-  replica's idle limit (the stream ends with an error event) or when a generation probe
-  finds the replica stuck (an attempt that has sent nothing to its client is re-run
-  elsewhere, as after a connect error).
+  (router/http/silence.py): silence past the replica's idle limit gets the replica probed,
+  and health checking stops the attempt only when the probe finds the replica stuck (a
+  stream ends with an error event; an attempt that has sent nothing to its client is re-run
+  elsewhere, as after a connect error). A replica found working keeps every stream.
 
 A preemption cancels the running attempt (the core re-queues or fails the request and says so
 on the ticket); a client that disconnects cancels the handler, which closes the upstream
@@ -240,7 +240,7 @@ class Exchange:
         self.done = False
         self.watcher: asyncio.Task[None] | None = None
         self.stalled: str | None = None
-        """Why health checking stopped the running attempt (router/http/silence.py)."""
+        """Why health checking stopped the running attempt: its replica was found stuck."""
         self.started_at = 0.0
         """When the running attempt was sent to its replica."""
         self.waiting_since = 0.0
@@ -260,8 +260,8 @@ class Exchange:
             self.task.cancel()
 
     def interrupt(self, reason: str) -> None:
-        """Health checking gave up on the attempt's replica (a silent stream, or a stuck
-        replica): stop the attempt where it is; ``_attempt`` fails it with ``reason``."""
+        """Health checking found the attempt's replica stuck (silent, and a generation probe
+        failed): stop the attempt where it is; ``_attempt`` fails it with ``reason``."""
         if self.attempt is not None and self.stalled is None and not self.done:
             self.stalled = reason
             self.task.cancel()
@@ -308,8 +308,8 @@ class Exchange:
             if self.stalled is not None:
                 reason, self.stalled = self.stalled, None
                 if self.task.uncancel() == 0 and not self.client_gone:
-                    # Not counted as a failed request: the probe, not the silence, judges the
-                    # replica. Retried elsewhere if nothing reached the client yet.
+                    # Not counted against the replica again: the probe that stopped it has
+                    # ejected it already. Retried elsewhere if nothing reached the client yet.
                     proxy.core.fail(a, reason, retryable=not self.started)
                     return
             if self.preempted:
