@@ -203,6 +203,10 @@ def scaled(router: RouterConfig, slowdown: float) -> RouterConfig:
             check_interval_s=h.check_interval_s * n,
             eject_base_s=h.eject_base_s * n,
             eject_max_s=h.eject_max_s * n,
+            # A step lasts n times longer: so may a working replica's silence, and its
+            # probe's one token. Never shorter than configured: the machine is no faster.
+            stream_idle_max_s=h.stream_idle_max_s * max(n, 1.0),
+            check_timeout_s=h.check_timeout_s * max(n, 1.0),
         ),
         timeouts=dataclasses.replace(t, first_byte_s=t.first_byte_s * n, total_s=t.total_s * n),
         retries=dataclasses.replace(

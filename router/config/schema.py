@@ -169,7 +169,8 @@ class HealthConfig:
     check_path: str = "/health"
     """Path of the replica's health endpoint (vLLM, SGLang and TGI all serve ``/health``)."""
     check_timeout_s: float = 2.0
-    """A probe that takes longer has failed."""
+    """A probe that takes longer has failed (a silent replica's generation probe may be given
+    longer: see ``stream_idle_max_s``)."""
     eject_after_failures: int = 5
     """Consecutive failed requests or probes that eject a replica; 0 turns ejection off."""
     eject_base_s: float = 10.0
@@ -178,13 +179,17 @@ class HealthConfig:
     """Longest ejection; after it a probe decides whether the replica comes back."""
     stream_idle_max_s: float = 2.5
     """Ceiling of each replica's idle limit: a stream that relays nothing for longer than the
-    limit ends with an error event, and a replica that holds work and sends nothing for that
-    long is probed at once with a one-token generation; if that fails it is ejected and the
-    requests on it that have sent nothing to their client yet are re-run elsewhere. The limit
-    is learned from the replica's gaps between chunks (3 times the longest gap of the last
-    minutes, a peak that halves every 60 s; at least 1.5 s); a replica with none observed yet
-    gets this ceiling. A frozen replica is out within
-    this plus ``check_timeout_s``. 0 turns the watch off."""
+    limit, or a replica that holds work and sends nothing for that long, gets the replica
+    probed at once with a one-token generation. Silence alone ends nothing (a slow card's
+    full-budget prefill step silences every stream on it for seconds): only a probe that
+    neither generates nor hears from the replica within its verdict window (two of the
+    replica's longest plausible steps, seen in its chunk gaps or modelled for its card and
+    model, at least ``check_timeout_s``) ejects it, ends its streams with an error event and
+    re-runs elsewhere the requests on it that have sent nothing to their client yet. The
+    limit is learned from the replica's gaps between chunks (3 times the longest gap of the
+    last minutes, a peak that halves every 60 s; at least 1.5 s); a replica with none
+    observed yet gets this ceiling. A frozen replica is out within this plus its verdict
+    window. 0 turns the watch off."""
     engine_metrics_interval_s: float = 2.0
     """How often each replica's own ``/metrics`` (queue, KV-cache usage) is read; 0: never."""
     models_interval_s: float = 10.0

@@ -253,6 +253,10 @@ def _scaled(router: RouterConfig, scale: float) -> RouterConfig:
             check_interval_s=h.check_interval_s / scale,
             eject_base_s=h.eject_base_s / scale,
             eject_max_s=h.eject_max_s / scale,
+            # A slower fleet's steps, silences and one-token probes last longer; a faster
+            # one's do not shrink below what the router's own machine needs to answer.
+            stream_idle_max_s=h.stream_idle_max_s / min(scale, 1.0),
+            check_timeout_s=h.check_timeout_s / min(scale, 1.0),
         ),
         timeouts=dataclasses.replace(
             t, first_byte_s=t.first_byte_s / scale, total_s=t.total_s / scale
