@@ -8,9 +8,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from router.lab import Engine, EngineKind, EngineRecord, LabEnvironment, ServeOptions
+from router.lab import (
+    Engine,
+    EngineKind,
+    EngineRecord,
+    Lab,
+    LabEnvironment,
+    ServeOptions,
+    free_port,
+    wait_ready,
+)
+from router.lab.state import LabState, save_state
 
-__all__ = ["CORE_TITLE", "standin_engine", "standin_environment", "standin_kind"]
+__all__ = ["CORE_TITLE", "standin_engine", "standin_environment", "standin_kind", "standin_lab"]
+
+READY_S = 60.0
+"""A guard against hangs: the stand-in answers within a fraction of a second."""
 
 CORE_TITLE = "STANDIN::EngineCore"
 
@@ -76,3 +89,17 @@ def standin_engine(environment: LabEnvironment, name: str, port: int, log_dir: P
         log=str(log_dir / f"{name}.log"),
     )
     return Engine(record, environment, ServeOptions())
+
+
+def standin_lab(environment: LabEnvironment, run_dir: Path, count: int, kind: str = "") -> Lab:
+    """``count`` stand-in engines, started and ready, recorded in ``run_dir`` as a lab of
+    ``kind`` (default: the stand-in's) would be."""
+    engines = [standin_engine(environment, f"s-{i}", free_port(), run_dir) for i in range(count)]
+    state = LabState(kind or environment.kind.name, ServeOptions(), str(run_dir / "fleet.yaml"))
+    state.engines = [engine.record for engine in engines]
+    lab = Lab(environment, state, run_dir, run_dir)
+    for engine in lab.engines:
+        engine.start()
+    save_state(run_dir, state)
+    wait_ready(lab.engines, READY_S)
+    return lab

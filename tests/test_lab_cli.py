@@ -9,11 +9,37 @@ import pytest
 
 from console.cli import main
 from router.lab import HOME_ENV
+from tests.lab_standin import standin_environment, standin_lab
 
 
 @pytest.fixture(autouse=True)
 def _lab_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(HOME_ENV, str(tmp_path))
+
+
+def test_status_and_down_find_a_running_lab_from_its_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lab recorded where ``up`` records it (stand-in processes in place of vLLM): status
+    lists each engine, its port, core and state; down stops them all; status then says so."""
+    environment = standin_environment(tmp_path / "standin")
+    lab = standin_lab(environment, tmp_path / "run" / "vllm", 2, kind="vllm")
+    try:
+        lab.engines[1].freeze()
+        assert main(["lab", "vllm", "status"]) == 1
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"vllm lab, fleet file {tmp_path / 'run' / 'vllm' / 'fleet.yaml'}:"
+        for line, engine, state in zip(lines[1:], lab.engines, ["ready", "frozen"], strict=True):
+            assert line.split() == [
+                *f"{engine.name} {engine.url} core 0 standin ({engine.model_dir.name})".split(),
+                *f"pid {engine.record.pid} {state}".split(),
+            ]
+        assert main(["lab", "vllm", "down"]) == 0
+        assert capsys.readouterr().out == "stopped 2 vllm engine(s): s-0, s-1\n"
+        assert [engine.members() for engine in lab.engines] == [[], []]
+        assert main(["lab", "vllm", "status"]) == 1
+    finally:
+        lab.down()
 
 
 def test_status_without_a_lab_says_how_to_start_one(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,11 +13,14 @@ import pytest
 
 from router.lab import EngineStartError, Lab, LabEnvironment, LabError, free_port, wait_ready
 from router.lab.processes import read_process, session_members
-from router.lab.state import LabState, load_state, save_state
-from tests.lab_standin import CORE_TITLE, standin_engine, standin_environment
-
-READY_S = 60.0
-"""A guard against hangs: the stand-in answers within a fraction of a second."""
+from router.lab.state import load_state
+from tests.lab_standin import (
+    CORE_TITLE,
+    READY_S,
+    standin_engine,
+    standin_environment,
+    standin_lab,
+)
 
 
 @pytest.fixture
@@ -39,22 +42,10 @@ def _alive(pid: int) -> bool:
     return info is not None and info.state != "Z"
 
 
-def _lab(environment: LabEnvironment, run_dir: Path, count: int) -> Lab:
-    engines = [standin_engine(environment, f"s-{i}", free_port(), run_dir) for i in range(count)]
-    state = LabState("standin", engines[0].options, str(run_dir / "fleet.yaml"))
-    state.engines = [engine.record for engine in engines]
-    lab = Lab(environment, state, run_dir, run_dir)
-    for engine in lab.engines:
-        engine.start()
-    save_state(run_dir, state)
-    wait_ready(lab.engines, READY_S)
-    return lab
-
-
 def test_each_engine_runs_in_its_own_session_with_its_core_process(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 2)
+    lab = standin_lab(environment, tmp_path, 2)
     try:
         sessions = {engine.record.pid for engine in lab.engines}
         assert len(sessions) == 2
@@ -72,7 +63,7 @@ def test_down_stops_exactly_the_recorded_sessions(
 ) -> None:
     """``down`` finds the lab from its state file alone, as another command would, stops every
     process of its engines (the core processes too) and nothing else."""
-    lab = _lab(environment, tmp_path, 2)
+    lab = standin_lab(environment, tmp_path, 2)
     processes = [p.pid for engine in lab.engines for p in engine.members()]
     assert len(processes) == 4
 
@@ -99,7 +90,7 @@ def test_a_reused_pid_is_not_taken_for_an_engine(bystander: subprocess.Popen[byt
 def test_freeze_stops_only_the_core_process_and_health_still_answers(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 1)
+    lab = standin_lab(environment, tmp_path, 1)
     engine = lab.engines[0]
     try:
         engine.freeze()
@@ -116,7 +107,7 @@ def test_freeze_stops_only_the_core_process_and_health_still_answers(
 def test_kill_core_leaves_the_api_server_running(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 1)
+    lab = standin_lab(environment, tmp_path, 1)
     engine = lab.engines[0]
     try:
         core = engine.core_process().pid
@@ -149,7 +140,7 @@ def test_an_engine_that_fails_at_start_says_why_and_nothing_is_left_running(
 def test_restart_brings_a_terminated_engine_back_on_its_port(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 1)
+    lab = standin_lab(environment, tmp_path, 1)
     engine = lab.engines[0]
     try:
         first = engine.record.pid
@@ -164,7 +155,7 @@ def test_restart_brings_a_terminated_engine_back_on_its_port(
 def test_ensure_ready_thaws_a_frozen_engine_and_restarts_a_dead_one(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 2)
+    lab = standin_lab(environment, tmp_path, 2)
     frozen, dead = lab.engines
     try:
         frozen.freeze()
@@ -184,7 +175,7 @@ def test_ensure_ready_thaws_a_frozen_engine_and_restarts_a_dead_one(
 def test_up_refuses_to_start_over_a_running_lab(
     environment: LabEnvironment, tmp_path: Path
 ) -> None:
-    lab = _lab(environment, tmp_path, 1)
+    lab = standin_lab(environment, tmp_path, 1)
     try:
         with pytest.raises(LabError, match=r"a standin lab is already up \(1 engine\(s\)\)"):
             Lab.up(environment.kind, tmp_path / "home", run_dir=tmp_path)

@@ -103,6 +103,7 @@ class Engine:
         if self.members():
             raise LabError(f"engine {self.name} is already running (pid {self.record.pid})")
         env = child_env(self.environment.kind.serve_env(self.core, self.options))
+        self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 self.argv(),
