@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from router.config.schema import HealthConfig
+from router.config.schema import HealthConfig, RouterConfig
 from router.core import RouterCore
 from router.http.health import HealthMonitor
 from router.http.silence import (
@@ -21,6 +21,7 @@ from router.http.silence import (
     SilenceWatch,
 )
 from router.replica import ReplicaState
+from router.scenario.runner_live import _scaled
 from tests.test_emulator_support import MODEL, Spec, fleet_config
 
 
@@ -295,3 +296,16 @@ async def test_the_probe_of_a_silent_replica_waits_its_verdict_window() -> None:
     peak = health.silence.limits[0].peak(5.5)  # 1.8 s, decayed a little since
     assert peak > 1.6
     assert generate.timeouts == [pytest.approx(VERDICT_STEPS * peak)]
+
+
+def test_a_slower_emulated_fleet_gives_the_watch_as_much_more_time() -> None:
+    """A scenario's fleet at time scale 0.5 steps twice as long: its silences and its
+    probes' one token take twice as long too. A faster fleet does not shrink them below what
+    the router's own machine needs."""
+    base = RouterConfig().health
+    slower = _scaled(RouterConfig(), 0.5).health
+    assert slower.stream_idle_max_s == 2 * base.stream_idle_max_s
+    assert slower.check_timeout_s == 2 * base.check_timeout_s
+    faster = _scaled(RouterConfig(), 10.0).health
+    assert faster.stream_idle_max_s == base.stream_idle_max_s
+    assert faster.check_timeout_s == base.check_timeout_s
