@@ -296,6 +296,9 @@ async def test_the_probe_of_a_silent_replica_waits_its_verdict_window() -> None:
     peak = health.silence.limits[0].peak(5.5)  # 1.8 s, decayed a little since
     assert peak > 1.6
     assert generate.timeouts == [pytest.approx(VERDICT_STEPS * peak)]
+    status = health.status()["a"]
+    assert isinstance(status, dict)
+    assert status["verdict_window_s"] == pytest.approx(VERDICT_STEPS * peak)  # the admin API's
 
 
 def test_a_slower_emulated_fleet_gives_the_watch_as_much_more_time() -> None:

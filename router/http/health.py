@@ -350,8 +350,8 @@ class HealthMonitor(CoreListener):
         return {"ready": answering > 0, "active": active, "answering": answering}
 
     def status(self) -> dict[str, object]:
-        """Per replica: failures in a row, its idle limit now, and the ejection if this
-        monitor holds one."""
+        """Per replica: failures in a row, its idle limit and its probe's verdict window
+        now, and the ejection if this monitor holds one."""
         now = self.clock()
         out: dict[str, object] = {}
         for r in self.core.pool:
@@ -361,6 +361,7 @@ class HealthMonitor(CoreListener):
                 "failed_checks_in_row": self.probe_failures[r.index],
                 "answered": self.answered[r.index],
                 "idle_limit_s": self.silence.limit_s(r.index, now),
+                "verdict_window_s": self.verdict_window_s(r),
                 "ejection": None
                 if e is None
                 else {
