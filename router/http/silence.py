@@ -3,9 +3,9 @@
 Silence makes a replica a *suspect*, never a culprit: an engine step that prefills a full
 token budget (vLLM's default: 8192 tokens) takes seconds on a slow card (1.4-2.6 s modelled
 for a 7-8B model on an L4, V100 or T4), and every stream on that replica is silent
-meanwhile. So silence alone ends nothing: it starts a generation probe (router/http/health.py),
-and only the probe's verdict that the replica is stuck ends its streams.
-
+meanwhile. So silence alone ends nothing: it starts a generation probe
+(router/http/health.py), and only the probe's verdict that the replica is stuck ends its
+streams.
 
 A frozen engine (a hung GPU, a stuck collective: vLLM's engine core stopped) still answers
 ``/health`` in a millisecond, so only progress tells. The proxy already sees every chunk it
@@ -47,7 +47,9 @@ longest step is 0.2 s on an H100 and 2.6 s on a T4, times any slowdown. While th
 waits, any word from the replica (a chunk of any stream, a whole answer) is a verdict of
 working too: a full batch makes the probe wait for a free slot, but the streams holding the
 batch speak. The engine's own progress counters (vLLM's generation tokens) would say no more
-during a long step, which advances none of them until it ends.
+during a long step, which advances none of them until it ends. They would tell one case the
+chunks cannot: a full batch of long *non-streamed* requests says nothing until one of them
+ends, so its probe may wait out the window for a slot and find a working replica stuck.
 
 Everything here is plain data and arithmetic on times it is given: no clock, no I/O.
 """
