@@ -1,8 +1,10 @@
-"""A stream that reached ``data: [DONE]`` is a success, whatever the client does next.
+"""A stream that reached ``data: [DONE]`` is a success, whatever the client does next,
+unless the replica's own error event came before it.
 
 Clients (the openai SDK among them) stop reading at ``[DONE]`` and may close the connection
 at once, before the replica has ended its chunked body. The router notices the hang-up and
-must not count the request as failed: the client got all of it.
+must not count the request as failed: the client got all of it. But vLLM ends a stream whose
+engine core died with an error event and then ``[DONE]``: that request failed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class HeldEnd:
     engine gives only now and then. It speaks as vLLM does on the wire; the emulator cannot
     hold its end, so the test orders the race here instead of hoping for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: tuple[bytes, ...] = _EVENTS) -> None:
+        self.events = events
         self.release = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -43,7 +46,7 @@ class HeldEnd:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for event in _EVENTS:
+        for event in self.events:
             await response.write(event)
         await self.release.wait()
         await response.write_eof()
@@ -117,5 +120,32 @@ async def test_a_hang_up_after_done_while_the_replica_is_still_ending_is_a_succe
             upstream.release.set()
             assert server.core.outcomes == {Outcome.COMPLETED: 1}
             assert not server.core.running
+    finally:
+        await upstream.stop()
+
+
+_DIED = (
+    _EVENTS[0],
+    b'data: {"error": {"message": "EngineCore encountered an issue.", '
+    b'"type": "InternalServerError", "param": null, "code": 500}}\n\n',
+    b"data: [DONE]\n\n",
+)
+
+
+async def test_a_stream_with_the_replicas_error_event_before_done_is_a_failure() -> None:
+    """As vLLM ends a stream whose engine core was killed: the client gets the error event
+    and [DONE] as sent; the router counts a failed request and a failure of the replica."""
+    upstream = HeldEnd(_DIED)
+    upstream.release.set()
+    await upstream.start()
+    try:
+        async with behind_router(upstream) as server:
+            async with httpx.AsyncClient(timeout=10) as client:
+                events = await read_to_done_and_hang_up(client, server.front_url)
+            await until(lambda: not server.proxy.active, timeout=5)
+            assert events[1].startswith('data: {"error"')
+            assert events[-1] == "data: [DONE]"
+            assert server.core.outcomes == {Outcome.FAILED: 1}
+            assert server.health.failures == [1]
     finally:
         await upstream.stop()

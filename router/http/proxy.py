@@ -380,6 +380,9 @@ class Exchange:
         i = a.replica.index
         events = 0
         done = False
+        # vLLM ends a stream whose engine died with an error event, then ``data: [DONE]``:
+        # reaching [DONE] alone is not a success.
+        errored: str | None = None
         previous = b""
         try:
             async for chunk in response.content.iter_any():
@@ -391,13 +394,14 @@ class Exchange:
                     self._first_byte(a)
                     await send(self._head(a, response.status, content_type))
                 events += chunk.count(b"data:")
+                errored = errored or _error_event(a, previous, chunk)
                 if not done and _ends_with_done(previous, chunk):
                     done = self.answered = True  # no error event may follow it now
                     silence.end(i, self)  # the answer is whole: nothing left to watch
                     try:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     finally:  # even if the client hung up meanwhile: it had the answer
-                        self._completed(a, events)
+                        self._settle(a, events, errored)
                     continue  # read the replica's end, so its connection can be reused
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 self.waiting_since = clock()
@@ -412,10 +416,16 @@ class Exchange:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.answered = True
         if not done:  # a stream that ended without [DONE] (not every server sends one)
-            self._completed(a, events + 1)
+            self._settle(a, events + 1, errored)
         return None
 
-    def _completed(self, a: Assignment, events: int) -> None:
+    def _settle(self, a: Assignment, events: int, errored: str | None) -> None:
+        """End the request as its stream said: completed, or failed by the replica's own
+        error event (relayed to the client as it was; too late to re-run elsewhere)."""
+        if errored is not None:
+            self.proxy.health.failure(a.replica, errored)
+            self.proxy.core.fail(a, errored, retryable=False)
+            return
         self.proxy.health.success(a.replica)
         # One event per token, less the closing [DONE]: close enough for tokens per second.
         self.proxy.core.complete(a, max(events - 1, 0))
@@ -445,6 +455,25 @@ class Exchange:
 _WRITING = float("inf")
 """``waiting_since`` while the relay writes to its client: not waiting on the replica."""
 _DONE = b"data: [DONE]"
+
+
+_ERROR_EVENT = b'data: {"error"'
+
+
+def _error_event(a: Assignment, previous: bytes, chunk: bytes) -> str | None:
+    """The failure reason if ``chunk`` (after the end of ``previous``) holds an error event
+    (``data: {"error": {...}}``, as vLLM, SGLang and TGI write one mid-stream)."""
+    seen = previous[-len(_ERROR_EVENT) :] + chunk
+    at = seen.find(_ERROR_EVENT)
+    if at < 0:
+        return None
+    line = seen[at + len(b"data: ") :].split(b"\n", 1)[0]
+    try:
+        error = orjson.loads(line)["error"]
+        message = error.get("message") if isinstance(error, dict) else str(error)
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        message = None  # the event is cut between reads: its start is enough to know
+    return f"{a.replica.id} ended its stream with an error: {message or 'no message'}"
 
 
 def _ends_with_done(previous: bytes, chunk: bytes) -> bool:

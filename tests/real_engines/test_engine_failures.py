@@ -118,6 +118,10 @@ async def test_an_engine_that_dies_mid_stream_ends_its_streams_with_an_error(
 
         await asyncio.wait_for(asyncio.gather(*(tasks[i] for i in on_victim)), 60)
         assert all(streams[i].ended_with_error for i in on_victim)
+        # The router counts them as the client saw them, even those vLLM closed with [DONE].
+        victim_state = replica_state(await admin_state(server), victim_id)
+        assert victim_state["failed"] == len(on_victim), victim_state
+        assert victim_state["completed"] == 0
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
