@@ -29,8 +29,7 @@ Routers:
 
 The table gives medians over rounds and each figure's ratio to the oracle of the same round.
 On a 2-core machine the router and the client share the engines' cores: read the ratios, not
-the absolute figures. Run nothing else meanwhile; real-engine test runs take the lock
-``flock /tmp/gr-real-engines.lock`` (wrap this script in it too).
+the absolute figures. Run nothing else meanwhile: no real-engine tests, no other engines.
 """
 
 from __future__ import annotations
