@@ -15,24 +15,13 @@ from typing import Any
 
 import httpx
 
-from router.config.schema import HealthConfig, RetryConfig
 from router.core import Outcome
 from router.http.server import RouterServer
 from router.replica import ReplicaState
 from tests.http_support import MODEL, Spec, hint, routed
+from tests.test_http_frozen_replica import FAST_RETRY, WATCHFUL  # the same watch
 
 SLOW = (Spec("l4", gpu="L4"),)
-WATCHFUL = HealthConfig(
-    check_interval_s=0,
-    check_timeout_s=0.3,
-    eject_after_failures=3,
-    eject_base_s=60,
-    stream_idle_max_s=1.0,
-    engine_metrics_interval_s=0,
-    models_interval_s=0,
-)
-"""The frozen-replica tests' watch: only silence, a 1 s ceiling, a 0.3 s probe timeout."""
-FAST_RETRY = RetryConfig(attempts=3, backoff_s=0.001, backoff_max_s=0.01)
 FULL_BUDGET = 8000
 """Prompt tokens of the request whose prefill fills one step (vLLM's budget is 8192)."""
 
