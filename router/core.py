@@ -283,6 +283,7 @@ class RouterCore:
         for scanned, req in enumerate(self.queue.waiting()):
             if scanned >= SCAN_LIMIT:
                 break
+            req.waiting_ahead = scanned
             replica = self.strategy.pick(req, now)
             if replica is not None:
                 return req, replica

@@ -50,6 +50,9 @@ class Request:
     """Attempts started so far (a preemption does not count as a failed attempt)."""
     avoid: set[int] = field(default_factory=set)
     """Replica indexes this request failed on; retries go elsewhere when they can."""
+    waiting_ahead: int = 0
+    """Requests ahead of it in the router's queue that the dispatch now under way could not
+    place (set by the core before each pick): they take the next free slots first."""
 
     @property
     def total_tokens(self) -> int:

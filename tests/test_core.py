@@ -9,7 +9,7 @@ import pytest
 from router.clock import ManualClock
 from router.core import Outcome, RouterCore
 from router.errors import ControlError
-from router.replica import ReplicaState, Telemetry
+from router.replica import Replica, ReplicaState, Telemetry
 from router.request import Priority, Request
 from tests.fleet_factory import make_fleet
 from tests.recorder import Recorder
@@ -34,6 +34,27 @@ def test_requests_beyond_the_fleets_slots_wait_in_the_queue() -> None:
     assert len(rec.assigned) == 8
     assert len(core.queue) == 2
     assert all(r.in_flight == 2 for r in core.pool)
+
+
+def test_each_pick_is_told_how_many_queued_requests_it_scanned_past() -> None:
+    """Requests ahead of it in the queue take the next free slots first: a strategy that
+    weighs waiting for a slot needs to know how many there are."""
+    core, clock, _ = make_core(weights=[1.0, 1.0], batch_sizes=[1, 1])
+    for i in range(2):
+        core.submit(req(i, clock))  # both slots taken
+    seen: list[tuple[str, int]] = []
+    real_pick = core.strategy.pick
+
+    def pick(request: Request, now: float) -> Replica | None:
+        seen.append((request.id, request.waiting_ahead))
+        return real_pick(request, now)
+
+    core.strategy.pick = pick  # type: ignore[method-assign]
+    core.submit(req(2, clock, avoid={0, 1}))  # failed on both: no replica takes it
+    core.submit(req(3, clock))
+    seen.clear()
+    core.complete(next(iter(core.running.values())))
+    assert seen == [("q2", 0), ("q3", 1)]
 
 
 def test_a_freed_slot_takes_the_oldest_waiting_request() -> None:

@@ -334,6 +334,7 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
             if r.has_slot:
                 dispatch(pool, r, request(rng.randint(0, 4000), rng.randint(1, 2000)))
         req = request(rng.randint(0, 8000), rng.randint(1, 4000))
+        req.waiting_ahead = rng.choice([0, 0, 2, 30])
         chosen = s.pick(req, 0.0)
         eligible = [r for r in pool if r.can_take(req)]
         if not eligible:
@@ -341,8 +342,16 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
             continue
         best = min((r.outstanding_cost + req.cost) / r.speed for r in eligible)
         full = [r for r in pool if not r.has_slot and r.fits(req)]
+        # Slots free on the full replicas at in_flight / backlog each per second; the
+        # requests ahead in the queue take the first ones.
+        freeing = sum(r.in_flight * r.speed / r.outstanding_cost for r in full)
+        turn = (req.waiting_ahead + 1) / freeing if full else math.inf
         waiting = min(
-            ((r.outstanding_cost * (1 + 1 / r.in_flight) + req.cost) / r.speed for r in full),
+            (
+                (r.outstanding_cost + req.cost) / r.speed
+                + max(r.outstanding_cost / r.speed / r.in_flight, turn)
+                for r in full
+            ),
             default=math.inf,
         )
         if waiting < best * (1 - 1e-12):
@@ -373,6 +382,21 @@ def test_sed_waits_for_a_fast_full_replica_rather_than_take_a_slow_free_slot() -
     dispatch(pool2, fast2, request(0, 4000))
     dispatch(pool2, fast2, request(0, 4000))  # backlog 1000, a slot in 500
     assert s2.pick(request(0, 100), 0.0) is slow2  # 0 + 100 < 1000 + 500 + 12.5
+
+
+def test_sed_sends_a_request_deep_in_the_queue_to_the_free_slot_instead_of_waiting() -> None:
+    """Requests ahead of it in the queue take the fast card's next free slots first: its wait
+    is its turn, and past a few turns the slow card's free slot finishes it sooner."""
+    pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+    s = attach("shortest-expected-delay", pool)
+    fast, slow = pool.replicas
+    dispatch(pool, fast, request(0, 400))
+    dispatch(pool, fast, request(0, 400))  # full: backlog 100, slots free 1 per 50
+    req = request(0, 400)
+    req.waiting_ahead = 1
+    assert s.pick(req, 0.0) is None  # 100 + 2 * 50 + 50 = 250 < 400
+    req.waiting_ahead = 5
+    assert s.pick(req, 0.0) is slow  # 100 + 6 * 50 + 50 = 450 > 400
 
 
 # ---- power of two choices ------------------------------------------------------------------

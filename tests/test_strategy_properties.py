@@ -69,6 +69,7 @@ pick_op = st.tuples(
     st.integers(1, 3_000),
     st.sampled_from([None, "alpha", "beta", "gamma", "delta"]),
     st.frozensets(slot, max_size=3),
+    st.sampled_from([0, 0, 1, 3, 40]),  # requests ahead of it in the router's queue
 )
 operations = st.lists(
     pick_op
@@ -154,16 +155,24 @@ def _check_pick(s: Strategy, req: Request, chosen: Replica | None, now: float) -
 
 def _sed_full_card_is_sooner(s: Strategy, req: Request, can: list[Replica]) -> bool:
     """Shortest expected delay's reason to wait, from the replicas' raw state: an active
-    replica with no free slot that fits the request would finish it, after one of its
-    requests ends, sooner than the best replica with a slot."""
+    replica with no free slot that fits the request would finish it, after its turn for a
+    slot (one of its requests ending, or as many slots freeing on the full replicas as there
+    are requests ahead of it in the queue, plus one), sooner than the best replica with a
+    slot."""
     best = min((r.outstanding_cost + req.cost) / r.speed for r in can)
-    for r in s.pool:
-        if r.state is not ReplicaState.ACTIVE or r.has_slot or not r.fits(req):
-            continue
-        if r.index in req.avoid:
-            continue
+    full = [
+        r
+        for r in s.pool
+        if r.state is ReplicaState.ACTIVE
+        and not r.has_slot
+        and r.fits(req)
+        and r.index not in req.avoid
+    ]
+    freeing = sum(r.in_flight * r.speed / r.outstanding_cost for r in full if r.outstanding_cost)
+    turn = (req.waiting_ahead + 1) / freeing if freeing else math.inf
+    for r in full:
         backlog = r.outstanding_cost / r.speed
-        if backlog + backlog / max(r.in_flight, 1) + req.cost / r.speed < best:
+        if backlog + max(backlog / max(r.in_flight, 1), turn) + req.cost / r.speed < best:
             return True
     return False
 
@@ -299,6 +308,7 @@ def test_a_pick_is_always_a_replica_that_can_take_the_request_or_none_when_none_
             _apply(pool, op, now)
             continue
         req = request(op[1], op[2], key=op[3], avoid={i % len(pool) for i in op[4]})
+        req.waiting_ahead = op[5]
         chosen = s.pick(req, now)
         _check_pick(s, req, chosen, now)
         if chosen is not None:

@@ -7,10 +7,10 @@ incoming request is what sends a long request to a strong card even when a weak 
 little less work queued.
 
 A replica with no free slot can still be the better place: after one of its requests ends
-(in about ``backlog / in_flight``) it finishes this one sooner than a slow card's free slot
-would, whose engine may only queue it behind a full KV cache. Then the pick is None and the
-request waits in the router's queue for that slot (late binding); this check reads the
-replicas without a free slot, O(full).
+(in about ``backlog / in_flight``, later for a request with others ahead of it in the queue)
+it finishes this one sooner than a slow card's free slot would, whose engine may only queue
+it behind a full KV cache. Then the pick is None and the request waits in the router's queue
+for that slot (late binding); this check reads the replicas without a free slot, O(full).
 
 Because the score depends on the request, no single heap key orders it. The pick is an exact
 branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
@@ -139,20 +139,27 @@ class ShortestExpectedDelay(Strategy):
 
     def _worth_waiting(self, request: Request, best_score: float) -> bool:
         """Whether a replica with no free slot would still finish the request sooner than the
-        best one with a slot, after waiting for one of its requests to end (its backlog over
-        the requests it runs). Then the request waits in the router's queue, and takes that
-        replica's next free slot: a fast card whose batch is full beats a slow card's free
-        slot, whose engine would only queue it behind a full KV cache."""
+        best one with a slot, after waiting for a slot. Then the request waits in the router's
+        queue, and takes that replica's next free slot: a fast card whose batch is full beats a
+        slow card's free slot, whose engine would only queue it behind a full KV cache.
+
+        The wait is the request's turn: the full replicas free slots at about
+        ``in_flight / backlog`` each per second, and the requests ahead of it in the queue
+        take the first ones. Counting only the first slot to free would keep a whole queue
+        waiting for one card through a burst while others had room."""
         cost = request.cost
-        for group in self._groups:
-            for r in group.full.values():
-                wait = _backlog(r) / max(r.in_flight, 1)
-                if (
-                    _backlog(r) + wait + cost / r.speed < best_score
-                    and r.fits(request)
-                    and r.index not in request.avoid
-                ):
-                    return True
+        full = [
+            r
+            for group in self._groups
+            for r in group.full.values()
+            if r.fits(request) and r.index not in request.avoid
+        ]
+        freeing = sum(r.in_flight / _backlog(r) for r in full if r.outstanding_cost > 0)
+        turn = (request.waiting_ahead + 1) / freeing if freeing > 0 else math.inf
+        for r in full:
+            wait = max(_backlog(r) / max(r.in_flight, 1), turn)
+            if _backlog(r) + wait + cost / r.speed < best_score:
+                return True
         return False
 
     def score(self, replica: Replica, request: Request, now: float) -> float | None:
