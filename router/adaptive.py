@@ -9,7 +9,12 @@ or a time to first token (from the moment the router sent the request) over
 ``decrease``, never below what the engine showed it runs at once (fewer would idle part of
 its batch; cutting straight to that count cost throughput near saturation, when a few long
 requests briefly fill the cache); using all its slots without any overload and with nothing
-waiting in the engine's own queue for as many intervals, it grows by an eighth. With no
+waiting in the engine's own queue for as many intervals, it grows by an eighth where its KV
+cache would hold the eighth more sequences without filling (``KV_FULL``), but never
+past the engine's own limit on sequences once a growth has shown it (given more slots, the
+engine kept requests in its own queue while running no more than before, for as many
+intervals): a batch size above it only queues requests inside the engine, where no other
+replica can take them. With no
 signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
 utilization: a continuously batching engine reads near 100% busy with one sequence or two
 hundred, so that signal shrank every card towards 1 (docs/decisions/0003).
@@ -118,6 +123,13 @@ class BatchSignals:
         """The KV cache is full, or the engine does not say (TGI): then its queue counts."""
         return self.engine_kv_usage is None or self.engine_kv_usage >= KV_FULL
 
+    def kv_room_for(self, factor: float) -> bool:
+        """Whether the KV cache would hold ``factor`` times the sequences it holds now
+        without filling (True when the engine does not say): more slots than that would only
+        queue requests inside the engine, or preempt."""
+        usage = self.engine_kv_usage
+        return usage is None or usage * factor < KV_FULL
+
     @property
     def any(self) -> bool:
         return self.engine_waiting is not None or self.ttft_s is not None or self.preempted > 0
@@ -125,10 +137,19 @@ class BatchSignals:
 
 @dataclass(slots=True)
 class BatchStreak:
-    """Consecutive intervals a replica has spent overloaded (high) or saturated and not (low)."""
+    """Consecutive intervals a replica has spent overloaded (high) or saturated and not (low),
+    and what its engine showed of its own limit on sequences."""
 
     low: int = 0
     high: int = 0
+    grown_from: int | None = None
+    """The batch size before the tuner last grew it."""
+    capped: int = 0
+    """Consecutive intervals since that growth that the engine kept requests in its own queue
+    while running the same number (``capped_at``), short of what the growth allowed."""
+    capped_at: int | None = None
+    ceiling: int | None = None
+    """The most the engine runs at once (its ``max_num_seqs``), once it has shown it."""
 
 
 def retune_batch(
@@ -137,6 +158,11 @@ def retune_batch(
     """The next batch size and the signal that moved it ("" when it did not move)."""
     need = max(2, cfg.hysteresis)
     lo, hi = cfg.batch_bounds
+    ceiling = _note_ceiling(signals, streak, current, need)
+    if ceiling is not None and lo <= ceiling < current:
+        streak.low = streak.high = 0
+        why = f"the engine ran at most {ceiling} at once for {need} intervals, more queued in it"
+        return ceiling, why
     overload = signals.overload(cfg)
     if overload is not None:
         streak.low, streak.high = 0, streak.high + 1
@@ -148,14 +174,45 @@ def retune_batch(
         cut = max(lo, min(current - 1, target))
         return (cut, f"{overload} for {need} intervals") if cut < current else (current, "")
     streak.high = 0
+    ceiling = streak.ceiling
     # More slots are worth having only while the engine runs all it is given: with requests
     # waiting in its own queue (its max_num_seqs reached), more would wait there too.
     if not (signals.any and signals.saturated) or signals.engine_waiting:
         streak.low = 0
         return current, ""
     streak.low += 1
-    if streak.low < need or current >= hi:
+    top = hi if ceiling is None else min(hi, max(ceiling, lo))
+    grown = min(top, current + max(1, current // 8))
+    if streak.low < need or current >= top or not signals.kv_room_for(grown / current):
         return current, ""
     streak.low = 0
-    grown = min(hi, current + max(1, current // 8))
+    streak.grown_from = current
     return grown, f"all {current} slots in use, no overload for {need} intervals"
+
+
+def _note_ceiling(
+    signals: BatchSignals, streak: BatchStreak, current: int, need: int
+) -> int | None:
+    """Learn the engine's own limit on sequences run at once, from a growth that it did not
+    take up: given more slots, it kept requests in its own queue while running the same
+    number, at least the old size but fewer than the new, ``need`` intervals in a row (a
+    burst being admitted a few prefills per step shows a running count that rises). More
+    slots then only queue requests inside the engine, where no other replica can take them
+    (the tuner grew into that queue and was cut back by its TTFT, over and over). Returns
+    the limit when this reading completes the evidence for it."""
+    running = signals.engine_running
+    if running is not None and streak.ceiling is not None and running > streak.ceiling:
+        streak.ceiling = None  # it runs more now: restarted with a larger limit
+    base = streak.grown_from
+    if base is None or not signals.engine_waiting or running is None:
+        streak.capped = 0
+        return None
+    if not base <= running < current:
+        streak.capped = 0
+        return None
+    streak.capped = streak.capped + 1 if running == streak.capped_at else 1
+    streak.capped_at = running
+    if streak.capped < need:
+        return None
+    streak.ceiling, streak.grown_from, streak.capped = running, None, 0
+    return running

@@ -107,6 +107,57 @@ def test_the_batch_does_not_grow_past_what_the_engine_runs() -> None:
     assert retune_batch(256, capped, BatchStreak(low=5), CFG) == (256, "")
 
 
+def test_the_batch_grows_only_where_the_kv_cache_holds_the_added_sequences() -> None:
+    """256 at once fill 85% of the cache: 288 would fill it, and the eighth more would
+    queue in the engine or preempt."""
+    full = replace(CALM, engine_running=256, engine_kv_usage=0.85)
+    assert retune_batch(256, full, BatchStreak(low=5), CFG) == (256, "")
+    roomy = replace(full, engine_kv_usage=0.6)
+    assert retune_batch(256, roomy, BatchStreak(low=5), CFG)[0] == 288
+
+
+def test_a_growth_the_engine_does_not_take_up_is_undone_and_not_tried_again() -> None:
+    """Grown from 256 to 288, the engine still runs 256 and queues the rest (its own
+    max_num_seqs): back to 256 after two such intervals, and no growth past it after."""
+    streak = BatchStreak()
+    roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
+    assert retune_batch(256, roomy, streak, CFG)[0] == 256
+    assert retune_batch(256, roomy, streak, CFG)[0] == 288
+    capped = BatchSignals(
+        engine_waiting=32, engine_running=256, engine_kv_usage=0.5, saturated=True
+    )
+    assert retune_batch(288, capped, streak, CFG) == (288, "")  # one reading moves nothing
+    size, why = retune_batch(288, capped, streak, CFG)
+    assert size == 256
+    assert "ran at most 256 at once for 2 intervals" in why
+    for _ in range(6):
+        assert retune_batch(256, roomy, streak, CFG) == (256, "")
+
+
+def test_a_burst_admitted_after_a_growth_is_not_taken_for_the_engines_limit() -> None:
+    """Requests queue in the engine while it takes up the new slots: its running count
+    rises past the old size, so no limit is learned and the growth stands."""
+    streak = BatchStreak(grown_from=256)
+    rising = [
+        BatchSignals(engine_waiting=20, engine_running=n, engine_kv_usage=0.5, saturated=True)
+        for n in (262, 280)
+    ]
+    for signals in rising:
+        assert retune_batch(288, signals, streak, CFG) == (288, "")
+    assert streak.ceiling is None
+
+
+def test_an_engine_that_runs_more_than_its_learned_limit_may_grow_again() -> None:
+    """Restarted with a larger max_num_seqs: the old limit no longer holds."""
+    streak = BatchStreak(ceiling=256)
+    roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
+    assert retune_batch(256, roomy, replace(streak), CFG) == (256, "")
+    more = replace(roomy, engine_running=300)
+    streak.low = 5
+    assert retune_batch(300, more, streak, CFG)[0] == 337
+    assert streak.ceiling is None
+
+
 def test_no_signal_means_no_change() -> None:
     """Without engine metrics or any first token, the tuner has nothing to go on."""
     assert retune_batch(64, BatchSignals(saturated=True), BatchStreak(low=5), CFG) == (64, "")
@@ -121,6 +172,7 @@ def test_no_signal_means_no_change() -> None:
             BatchSignals,
             engine_waiting=st.none() | st.integers(0, 50),
             engine_running=st.none() | st.integers(1, 300),
+            engine_kv_usage=st.none() | st.floats(0.0, 1.0),
             preempted=st.integers(0, 3),
             ttft_s=st.none() | st.floats(0.0, 10.0),
             saturated=st.booleans(),
@@ -132,15 +184,19 @@ def test_the_batch_tuner_never_moves_on_one_reading_nor_below_its_floor(
     start: int, floor: int, readings: list[BatchSignals]
 ) -> None:
     cfg = replace(CFG, batch_bounds=(floor, 512))
-    size, streak, agree = max(start, floor), BatchStreak(), 0
+    size, streak, agree, capped = max(start, floor), BatchStreak(), 0, 0
     last: bool | None = None
     for signals in readings:
         overloaded = signals.overload(cfg) is not None
         agree = agree + 1 if overloaded == last else 1
         last = overloaded
+        # The engine queueing while it runs fewer than the batch size allows: a growth
+        # not taken up, once two readings in a row show it.
+        running = signals.engine_running
+        capped = capped + 1 if signals.engine_waiting and running and running < size else 0
         new, why = retune_batch(size, signals, streak, cfg)
         if new != size:
-            assert agree >= 2, "moved on a single reading"
+            assert agree >= 2 or capped >= 2, "moved on a single reading"
             assert why
         assert new >= floor
         size = new
