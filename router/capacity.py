@@ -20,8 +20,9 @@ The efficiency curve is the one for the lengths the replica itself served (a str
 sorts by size sends a slow card the short requests, which it batches far better than the
 fleet's mix), and the rate so measured is carried to the fleet's mix by the model's ratio
 between the two. The measured rate takes over from the prior as its evidence grows (the
-decayed sum of shares: seconds at saturation it covers; half-way at ``EVIDENCE_S``), so a card
-too little used to measure keeps its prior. The published figure follows through a low-pass
+decayed sum of shares: seconds at saturation it covers; half-way at ``EVIDENCE_S``, or at
+``WEIGHT_PRIOR_EVIDENCE_S`` where the prior is only the static weight), so a card too little
+used to measure keeps its prior. The published figure follows through a low-pass
 filter (``SMOOTH_S``). Where the performance model does not know the card or the model, the
 prior is the replica's static weight times the fleet's rate per unit of weight, and the
 measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
@@ -69,6 +70,12 @@ EVIDENCE_S = 10.0
 saturation that the measurement covers (decayed). A card run at a twentieth of its
 saturation rate gathers it twenty times slower than a full one: its measurement is an
 extrapolation twenty times over, and its calibrated prior says more."""
+WEIGHT_PRIOR_EVIDENCE_S = 1.0
+"""The same for a card the performance model does not know, whose prior is its static weight
+times the fleet's rate per unit of weight: with the weights left at 1 that is the fleet's
+average, which says nothing of this card, so a second of measurement outweighs it. (Two real
+engines 4x apart held that average for a fifth of their figure after 60 s: 0.7 and 1.2 of
+what each did.)"""
 OWN_FIT = 50
 """Completions on a replica before the model is run on the lengths it served."""
 SMOOTH_S = 15.0
@@ -409,6 +416,7 @@ class FleetCapacity:
         self._fleet_cost = cost
         """Mean request cost of the mix the fleet's priors were last run on."""
         self._smoothed: list[float | None] = [None] * len(self._replicas)
+        self._smoothed_source: list[Source | None] = [None] * len(self._replicas)
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
@@ -507,7 +515,7 @@ class FleetCapacity:
         if measured is None:
             return prior, Source.PRIOR
         evidence = acc.evidence(now)
-        w = evidence / (evidence + EVIDENCE_S)
+        w = evidence / (evidence + _prior_evidence(acc.prior))
         source = Source.MEASURED if w >= 0.5 else Source.PRIOR
         return w * measured + (1.0 - w) * prior, source
 
@@ -517,9 +525,19 @@ class FleetCapacity:
         figure in a step, and every strategy would re-rank on it."""
         rate, source = target
         last = self._smoothed[i]
-        if last is not None:
+        # A card the model does not know has no figure of its own before it is measured,
+        # only a stand-in from its weight: its first measurement replaces it at once, where
+        # filtering from the stand-in (the fleet's average, or arbitrary units before any
+        # card was measured) held it far off for a minute or more.
+        first = (
+            source is Source.MEASURED
+            and self._smoothed_source[i] is Source.PRIOR
+            and self.per_replica[i].prior.rate is None
+        )
+        if last is not None and not first:
             rate = last + k * (rate - last)
         self._smoothed[i] = rate
+        self._smoothed_source[i] = source
         return rate, source
 
     def _measured(self, i: int) -> float | None:
@@ -545,7 +563,7 @@ class FleetCapacity:
         ratios = sorted(
             measured / self._model_rate(i)
             for i, acc in enumerate(self.per_replica)
-            if acc.evidence(now) >= EVIDENCE_S
+            if acc.evidence(now) >= _prior_evidence(acc.prior)
             and (measured := self._measured(i)) is not None
             and self._model_rate(i) > 0
         )
@@ -589,6 +607,12 @@ class FleetCapacity:
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
             if d is not None:
                 acc.prior = priors[d] or acc.prior
+
+
+def _prior_evidence(prior: Prior) -> float:
+    """Evidence (seconds at saturation) that outweighs this prior: the model's, or a card's
+    weight standing in where the model does not know it."""
+    return EVIDENCE_S if prior.rate is not None else WEIGHT_PRIOR_EVIDENCE_S
 
 
 def _moved(mix: WorkloadMix, old: WorkloadMix) -> bool:

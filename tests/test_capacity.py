@@ -3,8 +3,10 @@ with its source; KV size from the engine first; an operator's pin overrides."""
 
 from __future__ import annotations
 
+import heapq
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,48 @@ def test_a_card_the_model_does_not_know_gets_its_weight_times_the_fleets_rate() 
     fast, slow = core.pool
     assert fast.speed == pytest.approx(2 * slow.speed)
     assert core.capacity.estimate(fast, 0.0).kv_tokens is None
+
+
+def _four_running(core: RouterCore, index: int, life_s: float) -> Iterator[float]:
+    """Four requests of cost 1 on replica ``index`` at every instant, each ``life_s`` long,
+    started a quarter of that apart and replaced when it ends (4 / life_s completed a
+    second), in the replica's own accounting; yields the time of each event."""
+    acc = core.capacity.per_replica[index]
+    started: list[tuple[float, float]] = []  # (start, share mark)
+    t = 0.0
+    while True:
+        acc.advance(len(started), t)
+        if len(started) == 4:
+            start, mark = started.pop(0)
+            acc.completed((100, 100), 1.0, mark, start, t)
+        started.append((t, acc.share_mark()))
+        yield t
+        t += life_s / 4
+
+
+def test_a_card_the_model_does_not_know_is_soon_what_it_measures_not_the_fleets_average() -> None:
+    """Two cards the model does not know, weights at 1, one 4x the other: their prior is
+    the fleet's average, which says nothing of either. Refreshed each second as the core
+    does, after 60 s each is within 10% of what it measurably did (with the average holding
+    a fifth of each figure, the slow card read 1.4x its measurement)."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    fast, slow = core.pool
+    events = heapq.merge(
+        ((t, fast.index) for t in _four_running(core, fast.index, life_s=0.5)),
+        ((t, slow.index) for t in _four_running(core, slow.index, life_s=2.0)),
+    )
+    second = 1.0
+    for t, _ in events:
+        while t >= second:
+            core.capacity.refresh(second)
+            second += 1.0
+        if t >= 60.0:
+            break
+    for r, rate in ((fast, 8.0), (slow, 2.0)):
+        estimate = core.capacity.estimate(r, 60.0)
+        assert estimate.measured_rate == pytest.approx(rate, rel=0.01)
+        assert estimate.rate_source is Source.MEASURED
+        assert estimate.rate == pytest.approx(rate, rel=0.1)
 
 
 def test_kv_size_comes_from_the_engine_then_the_fleet_file_then_the_model() -> None:

@@ -1,0 +1,281 @@
+"""What gpurouter learns of real vLLM engines' capacity, against what each measurably does.
+
+    python bench/bench_real_capacity.py                  # 2 rounds at load 0.5, 60 s each
+    python bench/bench_real_capacity.py --rounds 3 --load 0.3 --json
+
+The fleet is the real-engine lab's (docs/real-engines.md): two vLLM for CPU engines serving
+tiny models of unequal speed, each pinned to a core of its own; the lab's fleet file, every
+weight at 1, every batch size at the engines' ``--max-num-seqs``. The client is vLLM's own
+``vllm bench serve`` (random 128-token prompts, 128 output tokens, ``--ignore-eos``).
+
+1. Each engine alone, closed loop as wide as its batch size: its rate at saturation, the
+   figure learned capacity estimates (the rate at the batch size the router allows).
+2. Every engine kept full at once through gpurouter (a closed loop as wide as all their
+   batch sizes), each engine's output counted by its own ``vllm:generation_tokens_total``
+   over 30 s, in requests of 128 tokens: what each does while routed. On this machine
+   the router and the client share the engines' cores, so this is less than alone, and it
+   is what the router's accounting can see.
+3. Per round, a fresh ``gpurouter serve`` with the default strategy, Poisson arrivals at
+   ``--load`` times the sum of the routed rates for ``--seconds``; the router's admin state
+   is read every ``--every`` seconds: each engine's learned capacity (requests per second at
+   the workload's mean request), its source, and the measurement and prior it blends, over
+   the engine's routed rate; the last lines compare it with both rates.
+
+The aim (issue 20): within 10% of each engine's rate after 60 s. On a 2-core machine the
+router and the client share the engines' cores: run nothing else meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_real_engines import (  # noqa: E402
+    OUTPUT_LEN,
+    ROUTERS,
+    RouterSpec,
+    Running,
+    bench_serve,
+    say,
+    start_router,
+)
+from bench_real_engines import lab_up as real_lab_up  # noqa: E402
+
+from router.lab import Lab  # noqa: E402
+
+DEFAULT = ROUTERS[0]
+AIM = 0.10
+SETTLE_S = 10.0
+"""Seconds a saturating load runs before its window opens (every engine full by then)."""
+WINDOW_S = 30.0
+"""Seconds over which a saturated engine's completions are counted."""
+
+
+def measure_saturated(lab: Lab, prompts: int, workdir: Path) -> dict[str, float]:
+    """Each engine's request rate alone, closed loop as wide as its batch size."""
+    width = lab.state.options.max_num_seqs
+    rates = {}
+    for engine in lab.engines:
+        data = bench_serve(
+            lab, engine.url, prompts=prompts, rate=None, concurrency=width, seed=0, workdir=workdir
+        )
+        rates[engine.name] = float(data["request_throughput"])
+        say(f"  {engine.name} alone, {width} wide: {rates[engine.name]:.2f} req/s")
+    return rates
+
+
+def measure_routed(lab: Lab, alone: dict[str, float], workdir: Path) -> dict[str, float]:
+    """Each engine's request rate with every engine kept full through gpurouter at once: a
+    closed loop as wide as all their batch sizes, each engine's output counted by its own
+    ``vllm:generation_tokens_total`` over the middle of the run. On a machine where the
+    router and the client share the engines' cores, this is what each engine does while
+    routed, which is what the router can measure; alone, it does more."""
+    width = lab.state.options.max_num_seqs * len(lab.engines)
+    expected = sum(alone.values())
+    router = start_router(
+        RouterSpec("gpurouter saturated", "gpurouter", "least-connections"), lab, {}, None, workdir
+    )
+    counts: dict[str, float] = {}
+    try:
+        load = threading.Thread(
+            target=bench_serve,
+            kwargs={
+                "lab": lab,
+                "url": router.url,
+                "prompts": int(expected * (SETTLE_S + WINDOW_S + 15)),
+                "rate": None,
+                "concurrency": width,
+                "seed": 7,
+                "workdir": workdir,
+            },
+            daemon=True,
+        )
+        load.start()
+        time.sleep(SETTLE_S)
+        before = {e.name: generated(e.url) for e in lab.engines}
+        t0 = time.monotonic()
+        time.sleep(WINDOW_S)
+        counts = {e.name: generated(e.url) - before[e.name] for e in lab.engines}
+        elapsed = time.monotonic() - t0
+        load.join()
+    finally:
+        router.stop()
+    rates = {k: v / OUTPUT_LEN / elapsed for k, v in counts.items()}
+    for k, v in rates.items():
+        say(f"  {k} kept full through gpurouter beside the others: {v:.2f} req/s")
+    return rates
+
+
+def generated(engine_url: str) -> float:
+    """The engine's ``vllm:generation_tokens_total``. Tokens, not requests: a closed loop of
+    equal requests completes them in waves of the batch size, 64 at a time on the slow
+    engine every 10 s or so, so a 30 s window counted 2 or 3 waves."""
+    with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
+class Watcher:
+    """Reads the router's learned capacity every ``every_s`` seconds, in a thread."""
+
+    def __init__(self, router: Running, every_s: float) -> None:
+        self.router = router
+        self.every_s = every_s
+        self.readings: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._start = time.monotonic()
+
+    def __enter__(self) -> Watcher:
+        self._start = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s - (time.monotonic() - self._start) % self.every_s):
+            reading = {"at_s": round(time.monotonic() - self._start), "replicas": self._read()}
+            self.readings.append(reading)
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        """Each replica's learned capacity from the admin state, with the prior and the
+        measurement it blends."""
+        found = re.search(r"admin API on (\S+)", self.router.log.read_text(errors="replace"))
+        if found is None:
+            return {}
+        with urllib.request.urlopen(found.group(1) + "/admin/state", timeout=5) as r:
+            state = json.loads(r.read())
+        return {
+            s["id"]: {
+                "rps": s.get("capacity_rps"),
+                "source": s.get("capacity_source"),
+                "prior_rps": s.get("capacity_prior_rps"),
+                "measured_rps": s.get("capacity_measured_rps"),
+                "in_flight": s.get("in_flight"),
+            }
+            for s in state["replicas"]
+        }
+
+
+def one_round(
+    lab: Lab, rates: dict[str, float], args: argparse.Namespace, rnd: int, workdir: Path
+) -> list[dict[str, Any]]:
+    """A fresh router under Poisson load; its readings."""
+    router = start_router(DEFAULT, lab, {}, None, workdir)
+    try:
+        with Watcher(router, args.every) as watcher:
+            rate = args.load * sum(rates.values())
+            bench_serve(
+                lab,
+                router.url,
+                prompts=int(rate * args.seconds),
+                rate=rate,
+                concurrency=None,
+                seed=100 + rnd,
+                workdir=workdir,
+            )
+    finally:
+        router.stop()
+    return watcher.readings
+
+
+def ratio(reading: dict[str, Any], rid: str, key: str, alone: float) -> float | None:
+    value = reading["replicas"].get(rid, {}).get(key)
+    return None if value is None else float(value) / alone
+
+
+def _cell(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def report(
+    refs: dict[str, dict[str, float]], rounds: list[list[dict[str, Any]]], seconds: float
+) -> None:
+    alone, routed = refs["alone"], refs["routed"]
+    names = sorted(alone)
+    for label, ref in (
+        ("alone, as wide as its batch size", alone),
+        ("kept full through gpurouter beside the other", routed),
+    ):
+        print(f"each engine {label}: " + ", ".join(f"{k} {ref[k]:.2f} req/s" for k in names))
+    print(
+        "over each engine's rate kept full through gpurouter: learned (source), measurement, prior"
+    )
+    print(f"{'round':>5} {'at s':>5} " + " ".join(f"{k:>34}" for k in names))
+    at_end: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
+    for i, readings in enumerate(rounds, 1):
+        for reading in readings:
+            cells = []
+            for k in names:
+                rep = reading["replicas"].get(k, {})
+                learned, measured, prior = (
+                    ratio(reading, k, key, routed[k])
+                    for key in ("rps", "measured_rps", "prior_rps")
+                )
+                cells.append(
+                    f"{_cell(learned)} ({rep.get('source', '-')}) m {_cell(measured)} "
+                    f"p {_cell(prior)}".rjust(34)
+                )
+            print(f"{i:>5} {reading['at_s']:>5} " + " ".join(cells))
+        last = [x for x in readings if x["at_s"] <= seconds + 1]
+        for k in names:
+            if last and last[-1]["replicas"].get(k, {}).get("rps") is not None:
+                at_end[k].append(last[-1])
+    for label, ref in (("kept full through gpurouter", routed), ("alone", alone)):
+        for k in names:
+            vs = [v for r in at_end[k] if (v := ratio(r, k, "rps", ref[k])) is not None]
+            if not vs:
+                continue
+            verdict = "within" if max(abs(v - 1) for v in vs) <= AIM else "NOT within"
+            print(
+                f"{k}, learned at {seconds:.0f} s over its rate {label}: "
+                f"{', '.join(f'{v:.2f}' for v in vs)}; {verdict} {AIM:.0%} in every round"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--load", type=float, default=0.5, help="fraction of the summed rates")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load a round")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between readings")
+    parser.add_argument("--alone-prompts", type=int, default=400)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpurouter-capacity-") as tmp:
+        workdir = Path(tmp)
+        with real_lab_up(workdir) as lab:
+            say("each engine alone (closed loop)")
+            alone = measure_saturated(lab, args.alone_prompts, workdir)
+            say("every engine kept full through gpurouter at once")
+            refs = {"alone": alone, "routed": measure_routed(lab, alone, workdir)}
+            rounds = []
+            for rnd in range(args.rounds):
+                say(f"round {rnd + 1}: gpurouter default at {args.load} of their rates")
+                rounds.append(one_round(lab, refs["routed"], args, rnd, workdir))
+    if args.json:
+        print(json.dumps({"rates_rps": refs, "rounds": rounds, "args": vars(args)}, indent=1))
+    else:
+        report(refs, rounds, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
