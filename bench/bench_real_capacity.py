@@ -47,6 +47,8 @@ from bench_real_engines import (  # noqa: E402
     RouterSpec,
     Running,
     bench_serve,
+    engine_counter,
+    measure_alone,
     say,
     start_router,
 )
@@ -60,19 +62,6 @@ SETTLE_S = 10.0
 """Seconds a saturating load runs before its window opens (every engine full by then)."""
 WINDOW_S = 30.0
 """Seconds over which a saturated engine's completions are counted."""
-
-
-def measure_saturated(lab: Lab, prompts: int, workdir: Path) -> dict[str, float]:
-    """Each engine's request rate alone, closed loop as wide as its batch size."""
-    width = lab.state.options.max_num_seqs
-    rates = {}
-    for engine in lab.engines:
-        data = bench_serve(
-            lab, engine.url, prompts=prompts, rate=None, concurrency=width, seed=0, workdir=workdir
-        )
-        rates[engine.name] = float(data["request_throughput"])
-        say(f"  {engine.name} alone, {width} wide: {rates[engine.name]:.2f} req/s")
-    return rates
 
 
 def measure_routed(lab: Lab, alone: dict[str, float], workdir: Path) -> dict[str, float]:
@@ -121,13 +110,7 @@ def generated(engine_url: str) -> float:
     """The engine's ``vllm:generation_tokens_total``. Tokens, not requests: a closed loop of
     equal requests completes them in waves of the batch size, 64 at a time on the slow
     engine every 10 s or so, so a 30 s window counted 2 or 3 waves."""
-    with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:generation_tokens_total")
-    )
+    return engine_counter(engine_url, "vllm:generation_tokens_total")
 
 
 class Watcher:
@@ -264,7 +247,8 @@ def main() -> None:
         workdir = Path(tmp)
         with real_lab_up(workdir) as lab:
             say("each engine alone (closed loop)")
-            alone = measure_saturated(lab, args.alone_prompts, workdir)
+            width = lab.state.options.max_num_seqs
+            alone = measure_alone(lab, width, args.alone_prompts, workdir)
             say("every engine kept full through gpurouter at once")
             refs = {"alone": alone, "routed": measure_routed(lab, alone, workdir)}
             rounds = []

@@ -273,15 +273,18 @@ def bench_serve(
     return data
 
 
-def successes(engine_url: str) -> float:
-    """The engine's ``vllm:request_success_total``, all reasons."""
+def engine_counter(engine_url: str, family: str) -> float:
+    """One of the engine's /metrics counters, summed over its labels."""
     with urllib.request.urlopen(engine_url + "/metrics", timeout=5) as r:
         text = r.read().decode()
     return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:request_success_total")
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(family)
     )
+
+
+def successes(engine_url: str) -> float:
+    """The engine's ``vllm:request_success_total``, all reasons."""
+    return engine_counter(engine_url, "vllm:request_success_total")
 
 
 # ---- the plan -----------------------------------------------------------------------------
@@ -306,23 +309,15 @@ def rotated(xs: Sequence[Any], k: int) -> list[Any]:
     return list(xs[k:]) + list(xs[:k])
 
 
-def measure_alone(lab: Lab, plan: Plan, workdir: Path) -> dict[str, float]:
-    """Each engine's request rate alone, closed loop. At 64 wide the pair read 34 req/s
-    alone, but routed, with the router and the client on the same two cores, p99 TTFT passed
-    1.7 s at 29: 16 wide puts the rates where the pair saturates routed."""
-    width = plan.alone_concurrency or lab.state.options.max_num_seqs
+def measure_alone(lab: Lab, width: int, prompts: int, workdir: Path) -> dict[str, float]:
+    """Each engine's request rate alone, a closed loop ``width`` wide."""
     rates = {}
     for engine in lab.engines:
         data = bench_serve(
-            lab,
-            engine.url,
-            prompts=plan.alone_prompts,
-            rate=None,
-            concurrency=width,
-            seed=0,
-            workdir=workdir,
+            lab, engine.url, prompts=prompts, rate=None, concurrency=width, seed=0, workdir=workdir
         )
         rates[engine.name] = float(data["request_throughput"])
+        say(f"  {engine.name} alone, {width} wide: {rates[engine.name]:.2f} req/s")
     return rates
 
 
@@ -531,9 +526,12 @@ def main() -> int:
         rust = rust_environment(say) if any(r.kind != "gpurouter" for r in routers) else None
         with lab_up(workdir) as lab:
             say("each engine alone (closed loop)")
-            alone = measure_alone(lab, plan, workdir)
+            # At 64 wide the pair read 34 req/s alone, but routed, with the router and the
+            # client on the same two cores, p99 TTFT passed 1.7 s at 29: 16 wide puts the
+            # rates where the pair saturates routed.
+            width = plan.alone_concurrency or lab.state.options.max_num_seqs
+            alone = measure_alone(lab, width, plan.alone_prompts, workdir)
             capacity = sum(alone.values())
-            say("  " + ", ".join(f"{k} {v:.2f} req/s" for k, v in alone.items()))
             rates_rps = [round(f * capacity, 1) for f in plan.rates]
             plan.rates = rates_rps
             for rnd in range(plan.rounds):
