@@ -232,10 +232,12 @@ class RouterCore:
             self.dispatch()
 
     def retry_after(self) -> float:
-        """Seconds a rejected client should wait: the queue's drain time at the current rate."""
+        """Seconds a rejected client should wait: the queue's drain time at the current
+        rate, at most ``queue.retry_after_max_s``."""
         now = self.clock()
         rate = sum(s.completions.rate(now) for s in self.stats)
-        return 1.0 if rate <= 0 else max(1.0, len(self.queue) / rate)
+        drain = 1.0 if rate <= 0 else max(1.0, len(self.queue) / rate)
+        return min(drain, self.settings.queue.retry_after_max_s)
 
     @property
     def running(self) -> dict[str, Assignment]:

@@ -286,3 +286,17 @@ def test_the_decision_log_explains_each_placement() -> None:
     assert len(decision.candidates) == 4
     chosen = next(c for c in decision.candidates if c.replica == decision.chosen)
     assert chosen.score == min(c.score for c in decision.candidates if c.score is not None)
+
+
+def test_the_retry_hint_is_bounded_however_slow_the_fleet() -> None:
+    """A fleet that completed one request in a minute would put a full queue's drain at
+    many minutes (1,280 s was sent); the hint stops at ``queue.retry_after_max_s``."""
+    core, clock, rec = make_core(weights=[1.0], batch_sizes=[1], queue_size=100)
+    for i in range(101):
+        assert core.submit(req(i, clock)) is None
+    clock.advance(60.0)
+    core.complete(rec.assigned[0])
+    finished = core.submit(req(101, clock))
+    finished = finished or core.submit(req(102, clock))
+    assert finished is not None
+    assert finished.retry_after_s == core.settings.queue.retry_after_max_s == 30.0

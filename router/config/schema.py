@@ -95,6 +95,9 @@ class QueueConfig:
     """Most requests waiting at once; beyond it requests are rejected (HTTP 429)."""
     default_deadline_s: float = 60.0
     """How long a request may wait in the queue when it names no deadline of its own."""
+    retry_after_max_s: float = 30.0
+    """Longest ``Retry-After`` a refused client is told: the queue's drain time at the
+    current completion rate, which a nearly idle fleet would put at many minutes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +271,21 @@ class ServerConfig:
     """How long the front door keeps an idle client connection open. Longer than clients'
     own pools keep one (aiohttp 15 s, httpx 5 s), so that a client never sends a request
     on a connection the router is closing."""
+    max_connections: int = 4096
+    """Most client connections open at once per listener, lowered to what the open-file
+    limit leaves beside the upstream pool. At the limit a new connection replaces the one
+    idle longest; with none idle it gets 503. 0: only the file limit."""
+    max_request_line_bytes: int = 8192
+    """Longest request target (path and query) accepted; longer ones get 414. 0: no limit."""
+    max_header_bytes: int = 65536
+    """Largest request head (request line and headers) accepted; larger ones get 431."""
+    max_headers: int = 100
+    """Most header fields in one request; more get 431. 0: no limit."""
+    header_timeout_s: float = 10.0
+    """How long a request's head may take to arrive, from its first byte (or the connection
+    opening); then 408, or a silent close for a connection that sent nothing. 0: no limit."""
+    body_timeout_s: float = 30.0
+    """Longest pause between two parts of a request body; then 408. 0: no limit."""
 
 
 @dataclass(frozen=True, slots=True)

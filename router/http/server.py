@@ -32,6 +32,8 @@ from router.errors import ConfigError, Problem
 from router.http.admin import AdminApi
 from router.http.app import FrontDoor
 from router.http.driver import AsyncRouter
+from router.http.errors import HttpError
+from router.http.guard import ConnectionLimits, GuardedProtocol, guarded_protocol
 from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.proxy import Proxy
@@ -44,6 +46,9 @@ __all__ = ["ListenError", "RouterServer", "is_loopback", "split_host_port"]
 
 _HANDLER_WAIT_S = 2.0
 """After the grace, how long cancelled handlers get to unwind before the pool closes."""
+_SHUTTING_DOWN = HttpError(
+    503, "the router is shutting down", "server_error", code="shutting_down", retry_after_s=1
+)
 
 
 class RouterServer:
@@ -140,8 +145,10 @@ class RouterServer:
             # Before the front door opens: requests go where their model is served.
             await self.served_models.start()
             apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
+            limits = ConnectionLimits.from_config(self.fleet.server, self.upstream.limit)
             for app, sock in zip(apps, sockets, strict=True):
-                server = _EmbeddedUvicorn(_config(app, self.fleet.server.client_keepalive_s))
+                config = _config(app, self.fleet.server.client_keepalive_s, limits)
+                server = _EmbeddedUvicorn(config)
                 self._servers.append(server)
                 self._tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
                 await server.wait_started(self._tasks[-1])
@@ -240,6 +247,9 @@ class _EmbeddedUvicorn(uvicorn.Server):
         tasks = set(self.server_state.tasks)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self._grace_s)
+            for connection in list(self.server_state.connections):
+                if isinstance(connection, GuardedProtocol):
+                    connection.abandon(_SHUTTING_DOWN)
             for task in pending:
                 task.cancel()
             if pending:
@@ -252,13 +262,15 @@ class _EmbeddedUvicorn(uvicorn.Server):
             await server.wait_closed()
 
 
-def _config(app: FrontDoor | AdminApi, keepalive_s: int) -> uvicorn.Config:
+def _config(
+    app: FrontDoor | AdminApi, keepalive_s: int, limits: ConnectionLimits
+) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         # uvicorn's own default (5 s) is shorter than aiohttp's client pool keeps an idle
         # connection (15 s): a request sent as the server closed it got no answer at all.
         timeout_keep_alive=keepalive_s,
-        http="httptools",
+        http=guarded_protocol(limits),
         ws="none",
         lifespan="off",
         loop="none",

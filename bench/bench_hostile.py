@@ -1,0 +1,395 @@
+"""Hostile clients against the front door: does the router keep serving everyone else?
+
+    python bench/bench_hostile.py                 # every attack, 20 s each (about 2.5 min)
+    python bench/bench_hostile.py --seconds 10 --attack header-bomb --attack idle-sockets
+    python bench/bench_hostile.py --json
+
+Processes on loopback ports picked at start: an emulated two-replica fleet (``gpurouter
+emulate``) and the router (``gpurouter serve``), started with a limit of 1,024 open files as
+a small production box would have. Each attack runs for ``--seconds`` while a legitimate
+client sends one chat completion every 0.1 s (each must answer 200) and a prober reads
+``/health`` every 0.25 s. Attacks (each bounded in time and in connections):
+
+- ``header-bomb``: 4 clients that send a request line, then one header's bytes without
+  end, as fast as the socket takes them (again on a new connection when one is closed);
+- ``slowloris``: 200 connections that each send one more header line every 2 s;
+- ``idle-sockets``: 1,000 connections that send nothing (with the router's 1,024 files,
+  they alone would take every descriptor it has);
+- ``slow-body``: 50 requests that declare a 1 KB body and send one byte every 2 s;
+- ``big-body``: the openai SDK sends a 50 MB chat completion: a 413 error is the answer
+  wanted, not a reset connection.
+
+Per attack the table shows the router's peak resident memory, its CPU use, /health latency
+(median and worst, and probes that failed), the legitimate requests served, and how many of
+the attack's connections the router had closed by the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ROUTER_FILES = 1024
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FLEET = """\
+cluster: hostile
+model: {model}
+nodes:
+  - name: n0
+    gpus:
+      - {{index: 0, model: A100-80GB, memory_gib: 80}}
+      - {{index: 1, model: V100-32GB, memory_gib: 32}}
+    replicas:
+      - {{id: a100-0, endpoint: "http://127.0.0.1:{p1}", gpus: [0]}}
+      - {{id: v100-0, endpoint: "http://127.0.0.1:{p2}", gpus: [1]}}
+server: {{listen: "127.0.0.1:{front}", admin_listen: "127.0.0.1:{admin}"}}
+"""
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@dataclass
+class Row:
+    attack: str
+    rss_peak_mb: float = 0.0
+    cpu_share: float = 0.0
+    health_p50_ms: float | None = None
+    health_max_ms: float | None = None
+    health_failed: int = 0
+    legit_sent: int = 0
+    legit_ok: int = 0
+    attack_conns: int = 0
+    attack_closed: int = 0
+    note: str = ""
+    health_ms: list[float] = field(default_factory=list, repr=False)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _limit_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (ROUTER_FILES, ROUTER_FILES))
+
+
+class Processes:
+    """The emulated fleet and the router, as subprocesses."""
+
+    def __init__(self, workdir: str) -> None:
+        p1, p2, front, admin = _free_ports(4)
+        self.front = f"http://127.0.0.1:{front}"
+        self.port = front
+        path = os.path.join(workdir, "fleet.yaml")
+        with open(path, "w") as f:
+            f.write(FLEET.format(model=MODEL, p1=p1, p2=p2, front=front, admin=admin))
+        exe = [sys.executable, "-c", "from console.cli import main; main()"]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.emulator = subprocess.Popen([*exe, "emulate", "--config", path], **quiet)  # type: ignore[call-overload]
+        self.router = subprocess.Popen(
+            [*exe, "serve", "--config", path], preexec_fn=_limit_files, **quiet
+        )  # type: ignore[call-overload]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.post(f"{self.front}/v1/chat/completions", json=CHAT, timeout=2).is_success:
+                    return
+            time.sleep(0.3)
+        raise SystemExit("the router did not serve a request within 60 s")
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.router.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.router.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        for proc in (self.router, self.emulator):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (self.router, self.emulator):
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# ---- attacks: each returns (connections opened, connections the router closed) -----------
+
+
+async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _closed_by_peer(reader: asyncio.StreamReader) -> bool:
+    """Whether the router has closed this connection (EOF or reset, after any answer)."""
+    try:
+        while True:
+            data = await asyncio.wait_for(reader.read(65536), timeout=0.05)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+async def _count_closed(readers: list[asyncio.StreamReader]) -> int:
+    return sum(await asyncio.gather(*(_closed_by_peer(r) for r in readers)))
+
+
+async def header_bomb(port: int, seconds: float) -> tuple[int, int]:
+    """Four clients, each sending one header without end, again on a new connection
+    whenever the router closes the last one, for ``seconds``."""
+    chunk = b"a" * 65536
+    end = time.monotonic() + seconds
+    counts = [0, 0]
+
+    async def one() -> None:
+        while time.monotonic() < end:
+            reader, writer = await _open(port)
+            counts[0] += 1
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Bomb: ")
+            with contextlib.suppress(OSError, TimeoutError):
+                while time.monotonic() < end and not reader.at_eof():
+                    writer.write(chunk)
+                    await asyncio.wait_for(writer.drain(), max(0.01, end - time.monotonic()))
+                    await asyncio.sleep(0)
+            counts[1] += await _closed_by_peer(reader)
+            _close_all([writer])
+
+    await asyncio.gather(*(one() for _ in range(4)))
+    return counts[0], counts[1]
+
+
+async def slowloris(port: int, seconds: float) -> tuple[int, int]:
+    opened = [await _open(port) for _ in range(200)]
+    for _, w in opened:
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        await asyncio.sleep(min(2.0, max(0.0, end - time.monotonic())))
+        n += 1
+        for _, w in opened:
+            with contextlib.suppress(OSError):
+                w.write(b"X-Slow-%d: 1\r\n" % n)
+    closed = await _count_closed([r for r, _ in opened])
+    _close_all(w for _, w in opened)
+    return len(opened), closed
+
+
+async def idle_sockets(port: int, seconds: float) -> tuple[int, int]:
+    opened = []
+    for _ in range(1000):
+        try:
+            opened.append(await _open(port))
+        except OSError:
+            break
+    await asyncio.sleep(seconds)
+    closed = await _count_closed([r for r, _ in opened])
+    _close_all(w for _, w in opened)
+    return len(opened), closed
+
+
+async def slow_body(port: int, seconds: float) -> tuple[int, int]:
+    opened = [await _open(port) for _ in range(50)]
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1024\r\n\r\n{"
+    )
+    for _, w in opened:
+        w.write(head)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await asyncio.sleep(min(2.0, max(0.0, end - time.monotonic())))
+        for _, w in opened:
+            with contextlib.suppress(OSError):
+                w.write(b" ")
+    closed = await _count_closed([r for r, _ in opened])
+    _close_all(w for _, w in opened)
+    return len(opened), closed
+
+
+async def big_body(port: int, seconds: float) -> tuple[int, int]:
+    from openai import APIConnectionError, APIStatusError, AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+    text = "x" * (50 * 1024 * 1024)
+    try:
+        await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=1
+        )
+        big_body.outcome = "200 (accepted)"  # type: ignore[attr-defined]
+    except APIStatusError as exc:
+        big_body.outcome = f"{exc.status_code} {exc.body}"  # type: ignore[attr-defined]
+    except APIConnectionError as exc:
+        big_body.outcome = f"connection error: {exc.__cause__!r}"  # type: ignore[attr-defined]
+    finally:
+        await client.close()
+    await asyncio.sleep(seconds)
+    return 1, 0
+
+
+def _close_all(writers: Any) -> None:
+    for w in writers:
+        with contextlib.suppress(OSError):
+            w.close()
+
+
+ATTACKS: dict[str, Callable[[int, float], Awaitable[tuple[int, int]]]] = {
+    "header-bomb": header_bomb,
+    "slowloris": slowloris,
+    "idle-sockets": idle_sockets,
+    "slow-body": slow_body,
+    "big-body": big_body,
+}
+
+
+# ---- the legitimate side ------------------------------------------------------------------
+
+
+async def legit(front: str, row: Row, stop: asyncio.Event) -> None:
+    async with httpx.AsyncClient(base_url=front, timeout=10.0) as client:
+
+        async def one() -> None:
+            row.legit_sent += 1
+            with contextlib.suppress(httpx.HTTPError):
+                r = await client.post("/v1/chat/completions", json=CHAT)
+                row.legit_ok += r.status_code == 200
+
+        tasks = []
+        while not stop.is_set():
+            tasks.append(asyncio.create_task(one()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+        await asyncio.gather(*tasks)
+
+
+async def prober(front: str, row: Row, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        try:
+            # A fresh connection each time, as a load balancer's health check makes.
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                r = await client.get(f"{front}/health")
+            if r.status_code == 200:
+                row.health_ms.append((time.perf_counter() - t0) * 1000)
+            else:
+                row.health_failed += 1
+        except httpx.HTTPError:
+            row.health_failed += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.25)
+
+
+async def run_attack(procs: Processes, name: str, seconds: float) -> Row:
+    row = Row(name)
+    stop = asyncio.Event()
+    cpu0, t0 = procs.cpu_s(), time.monotonic()
+
+    async def sample_rss() -> None:
+        while not stop.is_set():
+            row.rss_peak_mb = max(row.rss_peak_mb, procs.rss_mb())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.25)
+
+    side = [
+        asyncio.create_task(legit(procs.front, row, stop)),
+        asyncio.create_task(prober(procs.front, row, stop)),
+        asyncio.create_task(sample_rss()),
+    ]
+    row.attack_conns, row.attack_closed = await ATTACKS[name](procs.port, seconds)
+    stop.set()
+    await asyncio.gather(*side)
+    row.cpu_share = (procs.cpu_s() - cpu0) / (time.monotonic() - t0)
+    if row.health_ms:
+        row.health_p50_ms = statistics.median(row.health_ms)
+        row.health_max_ms = max(row.health_ms)
+    row.note = getattr(ATTACKS[name], "outcome", "")
+    return row
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (
+        f"{'attack':<13} {'RSS peak':>9} {'CPU':>5} {'/health p50':>12} {'max':>8} "
+        f"{'failed':>6} {'legit ok':>12} {'closed by router':>17}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        p50 = "-" if r.health_p50_ms is None else f"{r.health_p50_ms:.1f} ms"
+        hmax = "-" if r.health_max_ms is None else f"{r.health_max_ms:.0f} ms"
+        ok = f"{r.legit_ok}/{r.legit_sent}"
+        closed = f"{r.attack_closed}/{r.attack_conns}"
+        print(
+            f"{r.attack:<13} {r.rss_peak_mb:>6.0f} MB {r.cpu_share:>5.0%} {p50:>12} {hmax:>8} "
+            f"{r.health_failed:>6} {ok:>12} {closed:>17}"
+        )
+        if r.note:
+            print(f"  {r.attack}: {r.note[:200]}")
+
+
+async def main_async(args: argparse.Namespace) -> list[Row]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        procs = Processes(workdir)
+        try:
+            await asyncio.to_thread(procs.wait_ready)
+            for name in args.attack or list(ATTACKS):
+                rows.append(await run_attack(procs, name, args.seconds))
+                await asyncio.sleep(2.0)  # let the router settle between attacks
+        finally:
+            procs.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each attack")
+    parser.add_argument("--attack", action="append", choices=list(ATTACKS))
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args()
+    if not 0 < args.seconds <= 120:
+        parser.error("--seconds must be in (0, 120]")
+    os.chdir(ROOT)
+    rows = asyncio.run(main_async(args))
+    if args.json:
+        print(json.dumps([{k: v for k, v in asdict(r).items() if k != "health_ms"} for r in rows]))
+    else:
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
