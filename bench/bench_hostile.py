@@ -19,6 +19,9 @@ client sends one chat completion every 0.1 s (each must answer 200) and a prober
 - ``big-body``: the openai SDK sends a 50 MB chat completion: a 413 error is the answer
   wanted, not a reset connection.
 
+Last, the router gets SIGTERM while 50 clients trickle their bodies (its grace is 5 s): how
+long until it exits, and what those clients read (a JSON 503 is wanted).
+
 Per attack the table shows the router's peak resident memory, its CPU use, /health latency
 (median and worst, and probes that failed), the legitimate requests served, and how many of
 the attack's connections the router had closed by the end.
@@ -48,6 +51,7 @@ import httpx
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ROUTER_FILES = 1024
+GRACE_S = 5.0
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FLEET = """\
 cluster: hostile
@@ -60,7 +64,8 @@ nodes:
     replicas:
       - {{id: a100-0, endpoint: "http://127.0.0.1:{p1}", gpus: [0]}}
       - {{id: v100-0, endpoint: "http://127.0.0.1:{p2}", gpus: [1]}}
-server: {{listen: "127.0.0.1:{front}", admin_listen: "127.0.0.1:{admin}"}}
+server: {{listen: "127.0.0.1:{front}", admin_listen: "127.0.0.1:{admin}",
+          shutdown_grace_s: {grace}}}
 """
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -104,7 +109,9 @@ class Processes:
         self.port = front
         path = os.path.join(workdir, "fleet.yaml")
         with open(path, "w") as f:
-            f.write(FLEET.format(model=MODEL, p1=p1, p2=p2, front=front, admin=admin))
+            f.write(
+                FLEET.format(model=MODEL, p1=p1, p2=p2, front=front, admin=admin, grace=GRACE_S)
+            )
         exe = [sys.executable, "-c", "from console.cli import main; main()"]
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.emulator = subprocess.Popen([*exe, "emulate", "--config", path], **quiet)  # type: ignore[call-overload]
@@ -260,6 +267,52 @@ async def big_body(port: int, seconds: float) -> tuple[int, int]:
     return 1, 0
 
 
+@dataclass
+class Shutdown:
+    """SIGTERM while 50 clients trickle their bodies: how long until the router exits,
+    and what those clients read."""
+
+    exit_s: float = 0.0
+    answers: dict[str, int] = field(default_factory=dict)
+
+
+async def sigterm_under_slow_bodies(procs: Processes) -> Shutdown:
+    opened = [await _open(procs.port) for _ in range(50)]
+    for _, w in opened:
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{")
+    await asyncio.sleep(1.0)
+    t0 = time.monotonic()
+    procs.router.send_signal(signal.SIGTERM)
+
+    async def trickle() -> None:
+        while procs.router.poll() is None and time.monotonic() - t0 < 4 * GRACE_S:
+            for _, w in opened:
+                with contextlib.suppress(OSError):
+                    w.write(b" ")
+            await asyncio.sleep(1.0)
+
+    async def answer(reader: asyncio.StreamReader) -> str:
+        try:
+            raw = await asyncio.wait_for(reader.read(-1), 4 * GRACE_S)
+        except (TimeoutError, OSError):
+            return "no answer"
+        head = raw.split(b"\r\n\r\n", 1)[0].lower()
+        if not head:
+            return "closed, no answer"
+        kind = "json" if b"application/json" in head else "not json"
+        return f"{head.split()[1].decode()} {kind}"
+
+    trickling = asyncio.create_task(trickle())
+    answers = await asyncio.gather(*(answer(r) for r, _ in opened))
+    await asyncio.to_thread(procs.router.wait, 4 * GRACE_S)
+    result = Shutdown(time.monotonic() - t0)
+    await trickling
+    for a in answers:
+        result.answers[a] = result.answers.get(a, 0) + 1
+    _close_all(w for _, w in opened)
+    return result
+
+
 def _close_all(writers: Any) -> None:
     for w in writers:
         with contextlib.suppress(OSError):
@@ -359,7 +412,7 @@ def print_table(rows: list[Row]) -> None:
             print(f"  {r.attack}: {r.note[:200]}")
 
 
-async def main_async(args: argparse.Namespace) -> list[Row]:
+async def main_async(args: argparse.Namespace) -> tuple[list[Row], Shutdown]:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     rows = []
@@ -370,9 +423,10 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
             for name in args.attack or list(ATTACKS):
                 rows.append(await run_attack(procs, name, args.seconds))
                 await asyncio.sleep(2.0)  # let the router settle between attacks
+            shutdown = await sigterm_under_slow_bodies(procs)
         finally:
             procs.stop()
-    return rows
+    return rows, shutdown
 
 
 def main() -> None:
@@ -384,11 +438,17 @@ def main() -> None:
     if not 0 < args.seconds <= 120:
         parser.error("--seconds must be in (0, 120]")
     os.chdir(ROOT)
-    rows = asyncio.run(main_async(args))
+    rows, shutdown = asyncio.run(main_async(args))
     if args.json:
-        print(json.dumps([{k: v for k, v in asdict(r).items() if k != "health_ms"} for r in rows]))
-    else:
-        print_table(rows)
+        attacks = [{k: v for k, v in asdict(r).items() if k != "health_ms"} for r in rows]
+        print(json.dumps({"attacks": attacks, "sigterm": asdict(shutdown)}))
+        return
+    print_table(rows)
+    answers = ", ".join(f"{n} x {a}" for a, n in sorted(shutdown.answers.items()))
+    print(
+        f"\nSIGTERM with 50 bodies trickling (grace {GRACE_S:g} s): the router exited after "
+        f"{shutdown.exit_s:.1f} s; the clients read: {answers}"
+    )
 
 
 if __name__ == "__main__":
