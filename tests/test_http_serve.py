@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from router.emulator import EmulatedFleet
 from tests.http_support import MODEL, Spec, hint
@@ -107,3 +109,43 @@ def test_a_bad_fleet_file_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "gpurouter serve:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_with_1024_files_a_client_is_served_past_1000_idle_sockets(tmp_path: Path) -> None:
+    """Sockets that never send took every descriptor a 1,024-file router had: a new client
+    was never accepted. Now a new connection replaces the longest-idle one, and the idle
+    ones are closed after ``server.header_timeout_s``."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"this test opens 1,000 sockets; the open-file limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    config = fleet_config(*SPECS)
+    async with EmulatedFleet(config, time_scale=5, ports=any_ports(SPECS)) as emulated:
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(
+            fleet_yaml(emulated).replace("shutdown_grace_s: 20", "header_timeout_s: 3")
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
+            "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
+        )  # fmt: skip
+        idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        try:
+            assert proc.stdout is not None
+            front = await read_line(proc.stdout, "front door on")
+            host, port = front.removeprefix("http://").split(":")
+            idle = [await asyncio.open_connection(host, int(port)) for _ in range(1000)]
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10, pool=10)) as client:
+                body = {"model": MODEL, "prompt": "p", "max_tokens": 2, **hint(5, 2)}
+                answer = await client.post(front + "/v1/completions", json=body)
+            assert answer.status_code == 200
+            ends = await asyncio.gather(*(asyncio.wait_for(r.read(-1), 20) for r, _ in idle))
+            assert ends == [b""] * 1000  # each closed without a word: it never asked anything
+        finally:
+            for _, writer in idle:
+                writer.close()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 30)
