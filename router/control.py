@@ -5,12 +5,12 @@ that build a :data:`Command` (``parse_command`` turns a JSON-like mapping into o
 :meth:`ControlSurface.apply`. Each application is validated, applied to the core, written to the
 audit trail with who and when, and published to subscribers as an :class:`Event`; replica
 state changes the core makes on its own (a drain finishing, the health monitor's ejections and
-readmissions, each with its reason) and every setting the adaptive tuners move are published
-the same way.
+readmissions, each with its reason), panic mode beginning and ending, and every setting the
+adaptive tuners move are published the same way.
 
-The trail is in causal order: what a command causes (the replica state changes of a drain)
-is recorded after the command itself, though the core makes those changes while the command
-is being applied.
+The trail is in causal order: what a command causes (the replica state changes of a drain, or
+a panic it sets off) is recorded after the command itself, though the core makes those changes
+while the command is being applied.
 """
 
 from __future__ import annotations
@@ -119,8 +119,9 @@ class Event:
     actor: str
     kind: str
     """The command's name (``drain``...); for a change the router made itself, ``state`` (a
-    replica's state, actor ``router``, with its ``reason``) or ``tune`` (a weight or batch size
-    the adaptive tuners moved, actor ``tuner``)."""
+    replica's state, actor ``router``, with its ``reason``), ``panic`` (panic mode began or
+    ended, actor ``router``) or ``tune`` (a weight or batch size the adaptive tuners moved,
+    actor ``tuner``)."""
     args: Mapping[str, Any]
     ok: bool
     message: str
@@ -231,6 +232,13 @@ class ControlSurface(CoreListener):
         args = {"replica": replica.id, "from": str(old), "to": str(replica.state), "reason": reason}
         message = f"{replica.id}: {old} -> {replica.state}" + (f" ({reason})" if reason else "")
         self._change(("router", "state", args, True, message))
+
+    def on_panic(self, engaged: bool, reason: str) -> None:
+        if engaged:
+            message = f"PANIC: {reason}: routing to every replica in service"
+        else:
+            message = f"panic over: {reason}: routing by health again"
+        self._change(("router", "panic", {"engaged": engaged, "reason": reason}, True, message))
 
     def on_tune(self, changes: list[TunerChange]) -> None:
         """One ``tune`` event per setting moved, actor ``tuner``, in the tuner's order."""

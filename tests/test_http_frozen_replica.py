@@ -142,4 +142,4 @@ async def test_a_frozen_replica_is_readmitted_once_it_generates_again() -> None:
             rf"{replica}: active -> ejected \(silent for [\d.]+ s; generation probe failed: .+\)",
             ejected,
         )
-        assert readmitted == f"{replica}: ejected -> active"
+        assert readmitted == f"{replica}: ejected -> active (a generation probe answered)"
