@@ -4,8 +4,13 @@ The console, ``gpurouter ctl``, the admin HTTP API and the MQTT control topic ar
 that build a :data:`Command` (``parse_command`` turns a JSON-like mapping into one) and call
 :meth:`ControlSurface.apply`. Each application is validated, applied to the core, written to the
 audit trail with who and when, and published to subscribers as an :class:`Event`; replica
-state changes the core makes on its own (a drain finishing) and every setting the adaptive
-tuners move are published the same way.
+state changes the core makes on its own (a drain finishing, the health monitor's ejections and
+readmissions, each with its reason), panic mode beginning and ending, and every setting the
+adaptive tuners move are published the same way.
+
+The trail is in causal order: what a command causes (the replica state changes of a drain, or
+a panic it sets off) is recorded after the command itself, though the core makes those changes
+while the command is being applied.
 """
 
 from __future__ import annotations
@@ -100,6 +105,9 @@ _NAMES = {cls: name for name, cls in COMMANDS.items()}
 
 log = logging.getLogger(__name__)
 
+_Change = tuple[str, str, Mapping[str, Any], bool, str]
+"""A change the router made: (actor, kind, args, ok, message), as :class:`Event` has them."""
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -111,8 +119,9 @@ class Event:
     actor: str
     kind: str
     """The command's name (``drain``...); for a change the router made itself, ``state`` (a
-    replica's state, actor ``router``) or ``tune`` (a weight or batch size the adaptive tuners
-    moved, actor ``tuner``)."""
+    replica's state, actor ``router``, with its ``reason``), ``panic`` (panic mode began or
+    ended, actor ``router``) or ``tune`` (a weight or batch size the adaptive tuners moved,
+    actor ``tuner``)."""
     args: Mapping[str, Any]
     ok: bool
     message: str
@@ -193,16 +202,25 @@ class ControlSurface(CoreListener):
         self._seq = 0
         self._unpublished: deque[Event] = deque()
         self._publishing = False
+        self._caused: list[_Change] | None = None
+        """While a command is applied: the changes it caused, recorded after it."""
         core.listeners.append(self)
 
     def apply(self, command: Command, actor: str = "operator") -> Event:
-        """Apply a command; the returned event says whether it worked and what happened."""
+        """Apply a command; the returned event says whether it worked and what happened.
+        Changes the command caused follow it in the trail."""
+        outer, self._caused = self._caused, []
         try:
-            message = self._run(command)
+            message = self._run(command, f"by {actor}")
             ok = True
         except ControlError as exc:
             message, ok = str(exc), False
-        return self._record(actor, command_name(command), command_args(command), ok, message)
+        finally:
+            caused, self._caused = self._caused, outer
+        event = self._record(actor, command_name(command), command_args(command), ok, message)
+        for change in caused:
+            self._record(*change)
+        return event
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback`` with every new event; returns a function that unsubscribes."""
@@ -210,13 +228,17 @@ class ControlSurface(CoreListener):
         return lambda: self._subscribers.remove(callback)
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
-        self._record(
-            "router",
-            "state",
-            {"replica": replica.id, "from": str(old), "to": str(replica.state)},
-            True,
-            f"{replica.id}: {old} -> {replica.state}",
-        )
+        reason = replica.state_reason
+        args = {"replica": replica.id, "from": str(old), "to": str(replica.state), "reason": reason}
+        message = f"{replica.id}: {old} -> {replica.state}" + (f" ({reason})" if reason else "")
+        self._change(("router", "state", args, True, message))
+
+    def on_panic(self, engaged: bool, reason: str) -> None:
+        if engaged:
+            message = f"PANIC: {reason}: routing to every replica in service"
+        else:
+            message = f"panic over: {reason}: routing by health again"
+        self._change(("router", "panic", {"engaged": engaged, "reason": reason}, True, message))
 
     def on_tune(self, changes: list[TunerChange]) -> None:
         """One ``tune`` event per setting moved, actor ``tuner``, in the tuner's order."""
@@ -228,9 +250,16 @@ class ControlSurface(CoreListener):
                 "new": c.new,
                 "signal": c.signal,
             }
-            self._record("tuner", "tune", args, True, c.message)
+            self._change(("tuner", "tune", args, True, c.message))
 
-    def _run(self, command: Command) -> str:
+    def _change(self, change: _Change) -> None:
+        if self._caused is not None:
+            self._caused.append(change)  # a command is being applied: it goes first
+        else:
+            self._record(*change)
+
+    def _run(self, command: Command, reason: str) -> str:
+        """Apply to the core; ``reason`` (``by alice``) is what a replica's state change says."""
         core = self.core
         match command:
             case SetStrategy(name, params):
@@ -240,15 +269,15 @@ class ControlSurface(CoreListener):
             case SetBatchSize(replica, size):
                 return core.set_batch_size(replica, size)
             case Drain(replica):
-                return core.drain(replica)
+                return core.drain(replica, reason)
             case Undrain(replica):
-                return core.undrain(replica)
+                return core.undrain(replica, reason)
             case Preempt(replica, include_high):
-                return core.preempt(replica, include_high=include_high)
+                return core.preempt(replica, include_high=include_high, reason=reason)
             case Eject(replica):
-                return core.eject(replica)
+                return core.eject(replica, reason)
             case Readmit(replica):
-                return core.readmit(replica)
+                return core.readmit(replica, reason)
         raise ControlError(f"unsupported command {command!r}")
 
     def _record(

@@ -4,7 +4,9 @@ The core is a synchronous state machine driven from outside: the HTTP data plane
 from its event loop, the fleet simulator from its virtual clock, tests directly. Drivers learn
 what to do through listeners: ``on_assign`` (send this request to this replica), ``on_cancel``
 (stop this upstream request), ``on_finish`` (this request ended, once, with its outcome) and
-``on_state`` (a replica changed state).
+``on_state`` (a replica changed state, with ``Replica.state_reason`` saying why) and
+``on_panic`` (the health monitor judged too few replicas healthy and routes to them all, or
+no longer does).
 
 Placement is late-binding: a request waits in the admission queue until some replica that can
 take it has a free slot, and the strategy picks among those. So a replica that frees a slot
@@ -85,7 +87,10 @@ class CoreListener:
         """A request ended."""
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
-        """A replica moved from ``old`` to ``replica.state``."""
+        """A replica moved from ``old`` to ``replica.state`` (why: ``replica.state_reason``)."""
+
+    def on_panic(self, engaged: bool, reason: str) -> None:
+        """Panic mode began (``engaged``) or ended; ``reason`` says why."""
 
     def on_tune(self, changes: list[TunerChange]) -> None:
         """The adaptive tuners changed these settings (never called with an empty list)."""
@@ -122,6 +127,9 @@ class RouterCore:
         self.tuner = Tuner(self.pool.replicas, self.settings.adaptive, stale_after)
         self._dispatching = False
         self._again = False
+        self.panic: str | None = None
+        """Why the health monitor routes to every replica in service, healthy or not (panic
+        mode, router/http/health.py); None while it does not."""
         s = self.settings.strategy
         self.strategy: Strategy = self._attach(create_strategy(s.name, s.params, self.rng))
 
@@ -351,19 +359,19 @@ class RouterCore:
         self.dispatch()
         return msg
 
-    def drain(self, replica_id: str) -> str:
+    def drain(self, replica_id: str, reason: str = "") -> str:
         r = self.replica(replica_id)
         if r.state is not ReplicaState.ACTIVE:
             raise ControlError(f"{r.id} is {r.state}; only an active replica can be drained")
-        self._set_state(r, ReplicaState.DRAINING)
+        self._set_state(r, ReplicaState.DRAINING, reason)
         self._settle(r)
         return f"{r.id}: draining, {r.in_flight} in flight"
 
-    def undrain(self, replica_id: str) -> str:
+    def undrain(self, replica_id: str, reason: str = "") -> str:
         r = self.replica(replica_id)
         if r.state not in (ReplicaState.DRAINING, ReplicaState.DRAINED):
             raise ControlError(f"{r.id} is {r.state}, not draining or drained")
-        self._set_state(r, ReplicaState.ACTIVE)
+        self._set_state(r, ReplicaState.ACTIVE, reason)
         self.dispatch()
         return f"{r.id}: active"
 
@@ -371,18 +379,28 @@ class RouterCore:
         r = self.replica(replica_id)
         if r.state is ReplicaState.EJECTED:
             raise ControlError(f"{r.id} is already ejected")
-        self._set_state(r, ReplicaState.EJECTED)
+        self._set_state(r, ReplicaState.EJECTED, reason)
         return f"{r.id}: ejected ({reason}), {r.in_flight} in flight left to finish"
 
-    def readmit(self, replica_id: str) -> str:
+    def readmit(self, replica_id: str, reason: str = "") -> str:
         r = self.replica(replica_id)
         if r.state is not ReplicaState.EJECTED:
             raise ControlError(f"{r.id} is {r.state}, not ejected")
-        self._set_state(r, ReplicaState.ACTIVE)
+        self._set_state(r, ReplicaState.ACTIVE, reason)
         self.dispatch()
-        return f"{r.id}: readmitted"
+        return f"{r.id}: readmitted" + (f" ({reason})" if reason else "")
 
-    def preempt(self, replica_id: str, *, include_high: bool = False) -> str:
+    def set_panic(self, engaged: bool, reason: str) -> None:
+        """Enter panic mode or leave it, saying why; listeners hear of a change of mode."""
+        if engaged == (self.panic is not None):
+            if engaged:
+                self.panic = reason  # still in panic: the newer count is kept quietly
+            return
+        self.panic = reason if engaged else None
+        for listener in self.listeners:
+            listener.on_panic(engaged, reason)
+
+    def preempt(self, replica_id: str, *, include_high: bool = False, reason: str = "") -> str:
         """Free a replica now: stop taking work, cancel its low-priority work and re-queue it.
 
         An attempt that has not yet produced a byte is re-run elsewhere from the front of its
@@ -391,7 +409,7 @@ class RouterCore:
         """
         r = self.replica(replica_id)
         if r.state is ReplicaState.ACTIVE:
-            self._set_state(r, ReplicaState.DRAINING)
+            self._set_state(r, ReplicaState.DRAINING, reason)
         victims = [
             self._running[rid]
             for rid, req in r.running.items()
@@ -451,12 +469,12 @@ class RouterCore:
 
     def _settle(self, r: Replica) -> None:
         if r.state is ReplicaState.DRAINING and not r.running:
-            self._set_state(r, ReplicaState.DRAINED)
+            self._set_state(r, ReplicaState.DRAINED, "nothing left in flight")
         else:
             self.pool.changed(r)
 
-    def _set_state(self, r: Replica, state: ReplicaState) -> None:
-        old, r.state = r.state, state
+    def _set_state(self, r: Replica, state: ReplicaState, reason: str) -> None:
+        old, r.state, r.state_reason = r.state, state, reason
         self.pool.changed(r)
         for listener in self.listeners:
             listener.on_state(r, old)

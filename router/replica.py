@@ -65,6 +65,8 @@ class Replica:
     batch_size: int
     """Effective batch size (most requests in flight at once)."""
     state: ReplicaState = ReplicaState.ACTIVE
+    state_reason: str = ""
+    """Why it is in its state, as whoever moved it there said (``""``: no reason given)."""
     weight_pinned: bool = False
     """An operator set the weight; the tuner leaves it alone until released."""
     batch_pinned: bool = False

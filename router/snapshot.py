@@ -84,6 +84,8 @@ class ReplicaSnapshot:
     """What its own ``/v1/models`` listed last (None: not asked yet; the fleet file stands)."""
     model_mismatch: str | None = None
     """``serves X, fleet file says Y`` when what it serves leaves out the declared model."""
+    state_reason: str = ""
+    """Why it is in its state (an ejection's reason, ``by alice``); ``""``: none given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,8 @@ class FleetSnapshot:
     band: Band
     outcomes: dict[str, int]
     in_flight: int
+    panic: str | None = None
+    """Why every replica in service is routed to, healthy or not (panic mode); None: not."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +158,7 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
         band=band(factor),
         outcomes={str(k): v for k, v in core.outcomes.items()},
         in_flight=len(core.running),
+        panic=core.panic,
     )
 
 
@@ -227,6 +232,7 @@ def _replica(
         model=r.config.model,
         served_models=r.served_models,
         model_mismatch=r.model_mismatch,
+        state_reason=r.state_reason,
     )
 
 

@@ -10,6 +10,7 @@ from console.view.fleet import COLUMNS
 from console.widgets.fleet_table import PAD, FleetTable
 from router import ControlSurface, ManualClock, Priority, Request, RouterCore
 from router.config.schema import ConsoleConfig, FleetConfig
+from router.control import Event
 from router.replica import Telemetry
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import BrokerState, NodeFeed, TelemetryStatus
@@ -17,6 +18,12 @@ from tests.fleet_factory import make_fleet
 
 WALL = 1_700_000_000.0
 """A fixed wall clock for the audit trail: screenshots show the same times every run."""
+
+
+def last_command(control: ControlSurface) -> Event:
+    """The newest event an operator's command made: the router's own changes that the
+    command caused (a replica's state) follow it in the trail."""
+    return next(e for e in reversed(control.audit) if e.actor != "router")
 
 
 @dataclass

@@ -703,6 +703,23 @@ def test_the_longest_ejection_is_not_shorter_than_the_first() -> None:
     )
 
 
+@pytest.mark.parametrize("key", ["max_ejection_percent", "panic_threshold_percent"])
+@pytest.mark.parametrize("value", ["-1", "100.5", "250"])
+def test_an_ejection_limit_is_a_percentage(key: str, value: str) -> None:
+    assert_problem(
+        fleet_text(f"router: {{health: {{{key}: {value}}}}}"),
+        11,
+        f"router.health.{key}",
+        f"must be between 0 and 100, got {float(value)!r}",
+    )
+
+
+def test_ejection_limits_load() -> None:
+    text = fleet_text("router: {health: {max_ejection_percent: 100, panic_threshold_percent: 0}}")
+    health = parse_fleet(text, FILE).router.health
+    assert (health.max_ejection_percent, health.panic_threshold_percent) == (100.0, 0.0)
+
+
 def test_a_health_path_starts_with_a_slash() -> None:
     assert_problem(
         fleet_text("router: {health: {check_path: health}}"),

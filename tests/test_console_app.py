@@ -27,7 +27,14 @@ from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
 from router.replica import ReplicaState
 from router.strategies import STRATEGIES
-from tests.console_helpers import Rig, drawn_text, loaded_rig, telemetry_for, with_keys
+from tests.console_helpers import (
+    Rig,
+    drawn_text,
+    last_command,
+    loaded_rig,
+    telemetry_for,
+    with_keys,
+)
 from tests.fleet_factory import make_fleet
 from tests.tuner_changes import drive_a_tuner_change, tuning_fleet
 
@@ -77,8 +84,9 @@ async def test_drain_by_key_confirms_with_the_impact_then_drains() -> None:
         await pilot.press("y")
         await pilot.pause()
         assert rig.core.replica("r0").state is ReplicaState.DRAINING
-        last = rig.control.audit[-1]
+        last, caused = rig.control.audit[-2], rig.control.audit[-1]
         assert (last.actor, last.kind, last.ok) == ("console", "drain", True)
+        assert caused.message == "r0: active -> draining (by console)"
         assert any("r0: draining" in t for t in toasts(app))
         assert any("r0: draining" in line for line in app.query_one(EventsPane).lines_written)
 
@@ -137,7 +145,7 @@ async def test_preempt_by_key_frees_the_replica() -> None:
         r0 = rig.core.replica("r0")
         assert r0.state is not ReplicaState.ACTIVE
         assert all(req.priority.name == "HIGH" for req in r0.running.values())
-        assert rig.control.audit[-1].kind == "preempt"
+        assert last_command(rig.control).kind == "preempt"
 
 
 def _counts(text: str) -> tuple[int, int]:
@@ -167,7 +175,7 @@ async def test_the_preempt_dialog_counts_what_preempt_then_does() -> None:
         shown = confirm_text(app)
         await pilot.press("y")
         await pilot.pause()
-    result = rig.control.audit[-1].message
+    result = last_command(rig.control).message
     assert _counts(before) == (0, 2)
     assert _counts(shown) == (1, 0) == _counts(result)
     assert "3 high-priority keep running until done" in shown

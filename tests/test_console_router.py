@@ -37,7 +37,12 @@ async def test_console_drives_the_router_it_runs() -> None:
             await pilot.press("y")
             await pilot.pause()
             assert host.server.core.replica("r0").state is ReplicaState.DRAINED
-            assert host.server.control.audit[-1].actor == "console"
+            drain, *caused = list(host.server.control.audit)[-3:]
+            assert (drain.kind, drain.actor) == ("drain", "console")
+            assert [e.message for e in caused] == [
+                "r0: active -> draining (by console)",
+                "r0: draining -> drained (nothing left in flight)",
+            ]
         assert any("router serving http://127.0.0.1:" in n for n in host.notes)
     finally:
         await host.stop()

@@ -10,6 +10,7 @@ from console.actions import ACTIONS, BY_ID, RESERVED_KEYS, resolve_keys
 from console.backend import samples_from
 from console.screens.value_input import Answer, parse_value
 from console.view.capacity import capacity_lines
+from console.view.detail import facts
 from console.view.events import Watch, alerts, event_line
 from console.view.fleet import COLUMNS, SORTS, gpu_rows, select, state_cell, table_rows
 from console.view.format import Tone, bar, duration, sparkline, tokens
@@ -414,3 +415,36 @@ def test_a_node_whose_agent_was_never_heard_is_not_offline() -> None:
     assert "offline" not in text
     assert "no replica up" not in text
     assert "A100-80GB  2/2" in text
+
+
+def test_panic_mode_leads_the_header_and_its_events_are_marked() -> None:
+    """At 80 columns the end of a header line is cut: panic comes first on its line; the
+    events pane marks its start in the bad tone and its end in the good one."""
+    rig = loaded_rig(requests=0, completed=0)
+    rig.core.set_panic(True, "1 of 4 replicas in service healthy (panic below 50%)")
+    lines = header_lines(rig.core.snapshot(), DISABLED, Modes())
+    assert lines[1][0] == ("✖ PANIC: routing to every replica", Tone.BAD)
+    engaged = event_line(rig.control.audit[-1])
+    assert _text(engaged) == (
+        "22:13:20Z ⚠ router: PANIC: 1 of 4 replicas in service healthy (panic below 50%): "
+        "routing to every replica in service"
+    )
+    assert engaged[1] == (" ⚠ ", Tone.BAD)
+    rig.core.set_panic(False, "3 of 4 replicas in service healthy (panic below 50%)")
+    assert header_lines(rig.core.snapshot(), DISABLED, Modes())[1][0] == ("queue ", Tone.DIM)
+    ended = event_line(rig.control.audit[-1])
+    assert ended[1] == (" ⚠ ", Tone.OK)
+    assert _text(ended).endswith("routing by health again")
+
+
+def test_replica_detail_says_why_it_is_ejected() -> None:
+    rig = loaded_rig(requests=0, completed=0)
+    rig.core.eject("r1", "5 failed requests in a row: r1: cannot connect")
+    r1 = next(r for r in rig.core.snapshot().replicas if r.id == "r1")
+    lines = facts(r1)
+    assert lines[1] == (
+        ("why ", Tone.DIM),
+        ("ejected: 5 failed requests in a row: r1: cannot connect", Tone.BAD),
+    )
+    r0 = next(r for r in rig.core.snapshot().replicas if r.id == "r0")
+    assert not any(_text(line).startswith("why ") for line in facts(r0))

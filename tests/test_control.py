@@ -11,6 +11,7 @@ from router.control import (
     COMMANDS,
     ControlSurface,
     Drain,
+    Eject,
     Event,
     Preempt,
     SetStrategy,
@@ -99,14 +100,33 @@ def test_subscribers_see_commands_and_state_changes_the_router_makes_itself() ->
     control.apply(Drain(a.replica.id))
     core.complete(a)
     kinds = [(e.kind, e.message) for e in seen]
+    # The command first, then the change it caused: the trail reads in causal order.
     assert kinds == [
-        ("state", f"{a.replica.id}: active -> draining"),
         ("drain", f"{a.replica.id}: draining, 1 in flight"),
-        ("state", f"{a.replica.id}: draining -> drained"),
+        ("state", f"{a.replica.id}: active -> draining (by operator)"),
+        ("state", f"{a.replica.id}: draining -> drained (nothing left in flight)"),
     ]
+    assert [e.seq for e in seen] == [1, 2, 3]
+    assert list(control.audit) == seen
     unsubscribe()
     control.apply(Preempt(a.replica.id))
     assert len(seen) == 3
+
+
+def test_a_state_change_says_why_in_the_trail() -> None:
+    """An operator's ejection names its actor; one the router makes names its cause."""
+    control, core, _ = surface()
+    command = control.apply(Eject("r0"), actor="alice")
+    core.eject("r1", "5 failed requests in a row: r1: cannot connect")
+    states = [e for e in control.audit if e.kind == "state"]
+    assert [e.seq for e in control.audit] == [1, 2, 3]
+    assert control.audit[0] is command
+    assert [e.message for e in states] == [
+        "r0: active -> ejected (by alice)",
+        "r1: active -> ejected (5 failed requests in a row: r1: cannot connect)",
+    ]
+    assert states[1].args["reason"] == "5 failed requests in a row: r1: cannot connect"
+    assert core.replica("r1").state_reason == "5 failed requests in a row: r1: cannot connect"
 
 
 def test_event_serialises_to_plain_data() -> None:

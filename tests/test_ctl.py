@@ -137,8 +137,13 @@ async def test_drain_undrain_eject_readmit_and_preempt_move_the_replica(
         assert (result.code, result.err) == (0, ""), argv
         assert result.out.startswith("a: "), result.out
         assert a.state is state, argv
-    preempt = server.control.audit[-1]
+    # The command, then the state changes it caused.
+    preempt, *caused = list(server.control.audit)[-3:]
     assert (preempt.kind, preempt.args["include_high"]) == ("preempt", True)
+    assert [e.message for e in caused] == [
+        "a: active -> draining (by ctl)",
+        "a: draining -> drained (nothing left in flight)",
+    ]
 
 
 async def test_the_actor_option_names_who_acted_in_the_audit_trail(
@@ -147,7 +152,9 @@ async def test_the_actor_option_names_who_acted_in_the_audit_trail(
     result = await ctl("--admin", server.admin_url, "--actor", "alice", "drain", "b", "--json")
     event = json.loads(result.out)
     assert (event["kind"], event["actor"], event["ok"]) == ("drain", "alice", True)
-    assert server.control.audit[-1].actor == "alice"
+    drain, drained = list(server.control.audit)[-3], server.control.audit[-1]
+    assert (drain.kind, drain.actor) == ("drain", "alice")
+    assert drained.message == "b: draining -> drained (nothing left in flight)"
 
 
 async def test_the_admin_address_comes_from_the_environment(
@@ -394,7 +401,8 @@ async def test_connection_options_are_accepted_after_the_subcommand_too(
     assert json.loads(after.out)["strategy"] == server.core.strategy.name
     both = await ctl("--admin", "http://127.0.0.1:1", "drain", "a", "--admin", server.admin_url)
     assert both.code == 0, both.err
-    assert server.control.audit[-1].actor == "ctl"
+    drain = next(e for e in server.control.audit if e.kind == "drain")
+    assert drain.actor == "ctl"
 
 
 @pytest.mark.parametrize(

@@ -269,3 +269,41 @@ def test_a_tuner_event_is_one_line_whose_message_says_what_moved_and_why() -> No
     assert event_line(tune).endswith(
         "  tuner  tune  ok  v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)"
     )
+
+
+def test_panic_leads_the_status_and_replicas_kept_in_service_get_a_health_line() -> None:
+    state = canned_state()
+    state["panic"] = "3 of 8 replicas in service healthy (panic below 50%)"
+    state["health"]["a100-1"]["ejection"] = {
+        "reason": "5 failed requests in a row",
+        "cause": "failures",
+        "remaining_s": 35.0,
+        "next_probe_s": 4.0,
+        "last_probe": "generation probe failed: answered 503",
+        "in_row": 3,
+    }
+    state["health"]["v100-2"]["unhealthy"] = {
+        "reason": "2 failed health checks: connection refused",
+        "cause": "health_check",
+        "kept_in_service": "panic mode",
+    }
+    lines = render(state)
+    assert lines[0] == "PANIC: 3 of 8 replicas in service healthy (panic below 50%); routing to all"
+    assert "health: a100-1 ejected, probed again in 4.0s: 5 failed requests in a row" in lines
+    kept = "health: v100-2 unhealthy, kept in service (panic mode): 2 failed health checks"
+    assert any(line.startswith(kept) for line in lines)
+
+
+def test_a_panic_event_shows_its_message_alone() -> None:
+    event = {
+        "seq": 9,
+        "at": 1_700_000_000.0,
+        "actor": "router",
+        "kind": "panic",
+        "args": {"engaged": True, "reason": "r"},
+        "ok": True,
+        "message": "PANIC: r: routing to every replica in service",
+    }
+    assert event_line(event).endswith(
+        "  router  panic  ok  PANIC: r: routing to every replica in service"
+    )

@@ -163,8 +163,8 @@ async def test_events_follow_streams_new_events_as_they_happen(fmt: str) -> None
                 if len(lines) == 3:
                     break
         kinds = [(json.loads(x)["kind"], json.loads(x)["actor"]) for x in lines]
-        # The state changes the drain caused are recorded as it runs, the command after them.
-        assert kinds == [("state", "router"), ("state", "router"), ("drain", "bob")]
+        # The command first, then the state changes it caused.
+        assert kinds == [("drain", "bob"), ("state", "router"), ("state", "router")]
 
 
 async def test_drain_and_preempt_through_the_admin_api_under_load_lose_nothing() -> None:

@@ -6,6 +6,7 @@ comes back on its own once it generates again."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 
 import httpx
@@ -136,4 +137,9 @@ async def test_a_frozen_replica_is_readmitted_once_it_generates_again() -> None:
             _, events = await stream_events(client, server)
         assert events[-1] == "data: [DONE]"
         states = [e.message for e in server.control.audit if e.kind == "state"]
-        assert states == [f"{replica}: active -> ejected", f"{replica}: ejected -> active"]
+        ejected, readmitted = states
+        assert re.fullmatch(
+            rf"{replica}: active -> ejected \(silent for [\d.]+ s; generation probe failed: .+\)",
+            ejected,
+        )
+        assert readmitted == f"{replica}: ejected -> active (a generation probe answered)"

@@ -40,7 +40,7 @@ LEGEND = (
 
 State = Mapping[str, Any]
 
-_SELF_DESCRIBED = frozenset({"state", "tune"})
+_SELF_DESCRIBED = frozenset({"state", "tune", "panic"})
 """Event kinds whose message says all their arguments do."""
 
 
@@ -50,9 +50,9 @@ def print_status(state: State, out: TextIO) -> None:
 
 
 def status_view(state: State) -> RenderableType:
-    """The fleet's header lines, a table of replicas, one of their learned capacity, and the
-    health and telemetry lines."""
-    parts: list[RenderableType] = [*_header(state), _replica_table(state)]
+    """The fleet's header lines (after a panic line, in panic mode), a table of replicas, one of
+    their learned capacity, and the health and telemetry lines."""
+    parts: list[RenderableType] = [*_panic_lines(state), *_header(state), _replica_table(state)]
     if state["replicas"] and "capacity_rps" in state["replicas"][0]:
         parts.append(_capacity_table(state))  # absent from a router that does not learn it
     parts.extend(_model_lines(state))
@@ -163,20 +163,38 @@ def _model_lines(state: State) -> list[Text]:
     ]
 
 
+def _panic_lines(state: State) -> list[Text]:
+    """``PANIC: 3 of 8 replicas in service healthy (panic below 50%); routing to all``."""
+    panic = state.get("panic")
+    if not panic:
+        return []
+    return [Text(f"PANIC: {panic}; routing to all", style="bold red")]
+
+
 def _health_lines(state: State) -> list[Text]:
+    """One line per replica the health monitor ejected, or judges unhealthy but keeps in
+    service (the maximum ejected share, panic mode)."""
     lines = []
     for replica, health in (state.get("health") or {}).items():
-        ejection = health.get("ejection") if isinstance(health, Mapping) else None
+        if not isinstance(health, Mapping):
+            continue
+        ejection, unhealthy = health.get("ejection"), health.get("unhealthy")
         if ejection:
-            lines.append(
-                Text(
-                    f"health: {replica} ejected, probed again in "
-                    f"{duration(ejection['remaining_s'])}: {ejection['reason']}",
-                    style="red",
-                    no_wrap=True,
-                    overflow="ellipsis",  # one line each; --json has the whole reason
-                )
+            # A router before in-window probes says only when the window ends.
+            probe = ejection.get("next_probe_s", ejection["remaining_s"])
+            text = (
+                f"health: {replica} ejected, probed again in {duration(probe)}: "
+                f"{ejection['reason']}"
             )
+        elif unhealthy and unhealthy.get("kept_in_service"):
+            text = (
+                f"health: {replica} unhealthy, kept in service ({unhealthy['kept_in_service']}): "
+                f"{unhealthy['reason']}"
+            )
+        else:
+            continue
+        # One line each; --json has the whole reason.
+        lines.append(Text(text, style="red", no_wrap=True, overflow="ellipsis"))
     return lines
 
 

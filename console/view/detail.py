@@ -13,11 +13,12 @@ SHOWN_CANDIDATES = 3
 
 
 def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
-    """The replica's facts, a line each; a model mismatch adds a line of its own."""
+    """The replica's facts, a line each; why it is in its state (an ejection's reason, who
+    drained it) and a model mismatch add a line each."""
     pin_w = " (pinned)" if r.weight_pinned else ""
     pin_b = " (pinned)" if r.batch_pinned else ""
     util_src = "GPU" if r.utilization_from_telemetry else "router estimate"
-    lines = (
+    lines: tuple[tuple[Cell, ...], ...] = (
         (
             (r.id, Tone.ACCENT),
             (f"  on {r.node}, {r.gpu_model} x{len(r.gpus)}, tier {r.tier}  ", Tone.DIM),
@@ -50,6 +51,10 @@ def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
             (duration(r.telemetry_age_s), Tone.WARN if r.stale else Tone.NORMAL),
         ),
     )
+    if r.state_reason:
+        tone = Tone.BAD if r.state == "ejected" else Tone.NORMAL
+        why: tuple[Cell, ...] = (("why ", Tone.DIM), (f"{r.state}: {r.state_reason}", tone))
+        lines = (lines[0], why, *lines[1:])
     if r.model_mismatch is None:
         return lines
     flag: tuple[Cell, ...] = (

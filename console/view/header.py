@@ -87,6 +87,7 @@ def header_lines(
     )
     queue_tone = Tone.WARN if q.depth >= q.capacity * 0.8 else Tone.NORMAL
     line2: tuple[Cell, ...] = (
+        *_panic(snap),
         ("queue ", Tone.DIM),
         (f"{q.depth}/{q.capacity}", queue_tone),
         (f" ({prio})" if prio else "", Tone.NORMAL),
@@ -98,6 +99,13 @@ def header_lines(
         _imbalance(snap, service),
     )
     return (line1, line2, _line3(status, modes))
+
+
+def _panic(snap: FleetSnapshot) -> tuple[Cell, ...]:
+    # First on its line: at 80 columns the end of a header line is cut.
+    if snap.panic is None:
+        return ()
+    return (("✖ PANIC: routing to every replica", Tone.BAD), SEP)
 
 
 def _imbalance(snap: FleetSnapshot, service: Service | None) -> Cell:

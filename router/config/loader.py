@@ -73,6 +73,10 @@ def _at_least(low: float) -> Rule:
     return lambda v: None if v >= low else f"must be >= {low}, got {v!r}"
 
 
+def _percent(v: float) -> str | None:
+    return None if 0 <= v <= 100 else f"must be between 0 and 100, got {v!r}"
+
+
 def _bounds(low_limit: float, strict: bool) -> Rule:
     sign = "<" if strict else "<="
 
@@ -199,6 +203,8 @@ _RULES: dict[tuple[type, str], Rule] = {
     (HealthConfig, "eject_after_failures"): _at_least(0),
     (HealthConfig, "eject_base_s"): _above(0),
     (HealthConfig, "eject_max_s"): _above(0),
+    (HealthConfig, "max_ejection_percent"): _percent,
+    (HealthConfig, "panic_threshold_percent"): _percent,
     (HealthConfig, "stream_idle_max_s"): _at_least(0),
     (HealthConfig, "engine_metrics_interval_s"): _at_least(0),
     (HealthConfig, "models_interval_s"): _at_least(0),

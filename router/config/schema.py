@@ -177,9 +177,22 @@ class HealthConfig:
     eject_after_failures: int = 5
     """Consecutive failed requests or probes that eject a replica; 0 turns ejection off."""
     eject_base_s: float = 10.0
-    """How long the first ejection lasts; each ejection in a row doubles it."""
+    """How long the first ejection lasts at most; each ejection in a row doubles it. With
+    active checks on, an ejected replica is also probed (a one-token generation) at every
+    check, and is back in service as soon as one succeeds."""
     eject_max_s: float = 300.0
     """Longest ejection; after it a probe decides whether the replica comes back."""
+    max_ejection_percent: float = 50.0
+    """Most of the replicas in service (active, or ejected by health checking) that health
+    checking keeps out at once, in percent, rounded down (with 50: one of 2 or 3, none of 1):
+    below 100 at least one replica always stays in rotation. A replica judged unhealthy
+    beyond it stays in service, counted unhealthy. Envoy's ``max_ejection_percent``."""
+    panic_threshold_percent: float = 50.0
+    """Panic mode: when fewer than this share of the replicas in service are healthy (neither
+    ejected nor judged unhealthy), every one of them is routed to, the ejected readmitted,
+    until enough are healthy again; the log, the audit trail (a ``panic`` event), the admin
+    state (``panic``), /metrics (``gpurouter_panic``) and the console say so. 0 turns panic
+    mode off. Envoy's healthy panic threshold."""
     stream_idle_max_s: float = 2.5
     """Ceiling of each replica's idle limit: a stream that relays nothing for longer than the
     limit, or a replica that holds work and sends nothing for that long, gets the replica

@@ -2,7 +2,8 @@
 
 - **Passive**: the proxy reports every attempt that failed because of the replica (connect
   error, timeout, 5xx, a connection cut) and every success. ``eject_after_failures`` failures
-  in a row eject the replica (``core.eject`` with the reason).
+  in a row make the replica unhealthy: it is ejected (``core.eject`` with the reason) within
+  the limits below.
 - **Active**: every ``check_interval_s`` each replica in service is probed
   (``GET check_path``, ``check_timeout_s``); as many failed probes in a row eject it too.
 - **Silence** (router/http/silence.py): a stream that relayed nothing for longer than its
@@ -17,10 +18,22 @@
   neither is stuck: it is ejected (cause ``silence``) and every attempt on it is stopped:
   the ones that have sent nothing to their client are re-run on another replica, the
   streams end with an error event.
-- **Readmission**: an ejection lasts ``eject_base_s``, doubled for each ejection in a row (up
-  to ``eject_max_s``); when it ends a generation probe decides: a replica that generates is
-  readmitted, one that does not stays out for the next, longer window. A replica that stays
-  in service for ``eject_max_s`` starts again from the base window.
+- **Readmission**: an ejection lasts ``eject_base_s`` at most, doubled for each ejection in a
+  row (up to ``eject_max_s``). An ejected replica is probed with a generation at every active
+  check during its window and when the window ends: a replica that generates is readmitted at
+  once (a killed replica that restarted is back within a check interval), one that does not
+  stays out; a failed probe at the window's end starts the next, longer window. A replica
+  that stays in service for ``eject_max_s`` starts again from the base window.
+- **Limits** (router/http/ejection_limits.py): a replica the monitor judges unhealthy is
+  ejected only while fewer than ``max_ejection_percent`` of the replicas in service are out;
+  beyond that it stays in service, still counted unhealthy. When fewer than
+  ``panic_threshold_percent`` are healthy, **panic mode**: every ejected replica is readmitted
+  and none is ejected, so requests go to every replica in service, until enough are healthy
+  again; then the ones still judged unhealthy are ejected, within the limit. Panic is logged
+  (a warning), an event in the audit trail, ``core.panic`` (the snapshot, the admin state,
+  /metrics, the console). A replica stops being judged unhealthy on evidence that answers its
+  verdict: a request it completed or a generation probe, or (for a failed health check only)
+  a health check that passes.
 - The periodic check asks ``check_path`` (``/health``), not for a generation. A generation
   every interval would cost little, but it finds nothing the silence watch misses: a frozen
   replica that holds work goes silent and is probed within its idle limit, and one that holds
@@ -42,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,11 +63,12 @@ from dataclasses import dataclass
 from router.config.schema import HealthConfig
 from router.core import CoreListener, RouterCore
 from router.errors import ControlError, GpuRouterError
+from router.http.ejection_limits import FleetHealth
 from router.http.silence import FULL_STEP_TOKENS, SilenceWatch
 from router.perf.model import Deployment, batch_step_function
 from router.replica import Replica, ReplicaState
 
-__all__ = ["Ejection", "Generate", "HealthMonitor", "Probe"]
+__all__ = ["Ejection", "Generate", "HealthMonitor", "Probe", "Verdict"]
 
 Probe = Callable[[str, float], Awaitable[str | None]]
 """``probe(url, timeout_s)``: None when the replica answered well, else what went wrong."""
@@ -61,6 +76,17 @@ Generate = Callable[[str, str, float], Awaitable[str | None]]
 """``generate(url, model, timeout_s)``: None when the replica generated a token in time."""
 
 _BUSY = "a probe is already running"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Verdict:
+    """Why the monitor judges a replica unhealthy, ejected or not."""
+
+    reason: str
+    cause: str
+    """``failures``, ``health_check`` or ``silence`` (as :attr:`Ejection.cause`)."""
 
 
 @dataclass(slots=True)
@@ -72,8 +98,11 @@ class Ejection:
     """``failures`` (passive), ``health_check`` (active) or ``silence`` (a silent replica
     that a generation probe found stuck)."""
     until: float
+    """When the window ends: a readmission probe then, if none readmitted it before."""
     in_row: int
     """Ejections in a row, this one included: the window is ``base * 2 ** (in_row - 1)``."""
+    probe: str | None = None
+    """What the latest readmission probe found wrong (None: none has run yet)."""
 
 
 class HealthMonitor(CoreListener):
@@ -99,6 +128,9 @@ class HealthMonitor(CoreListener):
         self.failures = [0] * n
         """Consecutive failed requests per replica index."""
         self.probe_failures = [0] * n
+        self.unhealthy: dict[int, Verdict] = {}
+        """Replicas this monitor judges unhealthy, by index: every one it ejected, and those
+        the limits keep in service (router/http/ejection_limits.py)."""
         self.ejections: dict[int, Ejection] = {}
         """Replicas this monitor ejected and keeps out, by index."""
         self.ejections_total: Counter[tuple[str, str]] = Counter()
@@ -109,6 +141,7 @@ class HealthMonitor(CoreListener):
         self._back_since = [0.0] * n
         self._probing: set[int] = set()
         self._next_check = 0.0
+        self._settling = False
         self._task: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._suspected: set[int] = set()
@@ -120,6 +153,8 @@ class HealthMonitor(CoreListener):
     def success(self, replica: Replica) -> None:
         self.failures[replica.index] = 0
         self.answered[replica.index] = True
+        if replica.index in self.unhealthy:
+            self._recovered(replica.index, generated=True)
 
     def failure(self, replica: Replica, reason: str) -> None:
         i = replica.index
@@ -127,11 +162,86 @@ class HealthMonitor(CoreListener):
         self.answered[i] = False
         limit = self.config.eject_after_failures
         if limit and self.failures[i] >= limit and replica.state is ReplicaState.ACTIVE:
-            self._eject(
+            self._condemn(
                 replica, f"{self.failures[i]} failed requests in a row: {reason}", "failures"
             )
 
-    # ---- ejection and readmission ---------------------------------------------------------
+    # ---- judgement, ejection and its limits -----------------------------------------------
+
+    def _condemn(self, r: Replica, reason: str, cause: str) -> None:
+        """Judge a replica in service unhealthy: ejected if the limits allow, else kept."""
+        new = r.index not in self.unhealthy
+        self.unhealthy[r.index] = Verdict(reason, cause)
+        self._settle()
+        if new and r.state is ReplicaState.ACTIVE:
+            why = "panic mode" if self.core.panic is not None else self._limit_text()
+            log.warning("%s is unhealthy (%s) but stays in service: %s", r.id, reason, why)
+
+    def _recovered(self, i: int, *, generated: bool) -> None:
+        """Evidence that a replica works: it generated (a request it completed, a generation
+        probe), or it passed a health check, which answers only a failed health check. An
+        ejected replica comes back through its readmission probe alone."""
+        verdict = self.unhealthy.get(i)
+        if verdict is None or i in self.ejections:
+            return
+        if generated or verdict.cause == "health_check":
+            del self.unhealthy[i]
+            self._settle()
+
+    def fleet_health(self) -> FleetHealth:
+        """The replicas in service (active, or ejected by this monitor) and how many of them
+        are healthy."""
+        in_service = [
+            r.index
+            for r in self.core.pool
+            if r.state is ReplicaState.ACTIVE or r.index in self.ejections
+        ]
+        healthy = sum(i not in self.unhealthy for i in in_service)
+        return FleetHealth(len(in_service), healthy)
+
+    def _settle(self) -> None:
+        """Bring ejections in line with the judgements and the limits: in panic, readmit
+        every ejected replica; else eject the unhealthy ones in service while the maximum
+        ejected share allows. One pass is enough: neither changes how many are in service
+        or healthy."""
+        if self._settling:
+            return  # our own ejection or readmission, told back to us by the core
+        self._settling = True
+        try:
+            fleet, c = self.fleet_health(), self.config
+            threshold = c.panic_threshold_percent
+            if fleet.panic(threshold):
+                self._panic(fleet.describe(threshold))
+                return
+            if self.core.panic is not None:
+                reason = fleet.describe(threshold)
+                log.warning("panic over: %s; routing by health again", reason)
+                self.core.set_panic(False, reason)
+            allowed = fleet.max_ejected(c.max_ejection_percent)
+            for i, verdict in list(self.unhealthy.items()):
+                r = self.core.pool.replicas[i]
+                if len(self.ejections) >= allowed:
+                    break
+                if r.state is ReplicaState.ACTIVE and i not in self.ejections:
+                    self._eject(r, verdict.reason, verdict.cause)
+        finally:
+            self._settling = False
+
+    def _panic(self, reason: str) -> None:
+        if self.core.panic is None:
+            log.warning("PANIC: %s; routing to every replica in service", reason)
+        self.core.set_panic(True, reason)
+        for i in list(self.ejections):
+            with contextlib.suppress(ControlError):
+                self.core.readmit(self.core.pool.replicas[i].id, f"panic mode: {reason}")
+
+    def _limit_text(self) -> str:
+        fleet, pct = self.fleet_health(), self.config.max_ejection_percent
+        allowed = fleet.max_ejected(pct)
+        return (
+            f"{len(self.ejections)} of {fleet.in_service} in service already ejected, "
+            f"at most {allowed} may be (max_ejection_percent {pct:g})"
+        )
 
     def _eject(self, r: Replica, reason: str, cause: str) -> None:
         now = self.clock()
@@ -146,17 +256,51 @@ class HealthMonitor(CoreListener):
             self.core.eject(r.id, reason)
         except ControlError:
             self.ejections.pop(i, None)  # already out (an operator was quicker)
+            return
+        log.info("%s ejected (%s)", r.id, reason)
 
     def _window(self, i: int) -> float:
         c = self.config
         return float(min(c.eject_base_s * 2 ** (self._in_row[i] - 1), c.eject_max_s))
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
-        if replica.state is not ReplicaState.EJECTED and replica.index in self.ejections:
+        i = replica.index
+        if replica.state is not ReplicaState.EJECTED and i in self.ejections:
             # Readmitted, by us or by an operator: it is back in service from now.
-            del self.ejections[replica.index]
-            self._back_since[replica.index] = self.clock()
-            self.failures[replica.index] = self.probe_failures[replica.index] = 0
+            del self.ejections[i]
+            self._back_since[i] = self.clock()
+            self.failures[i] = self.probe_failures[i] = 0
+        if self._settling:
+            return  # our own change (a panic's readmission, an ejection)
+        if old is ReplicaState.EJECTED and replica.state is ReplicaState.ACTIVE:
+            self.unhealthy.pop(i, None)  # readmitted by a probe that generated, or an operator
+        self._settle()  # an operator's drain or readmission changes what is in service
+
+    def readmission_verdict(self, i: int, problem: str | None) -> None:
+        """What a readmission probe of ejected replica ``i`` found (None: it generated):
+        readmitted, or kept out (for a longer window if its window has ended)."""
+        r = self.core.pool.replicas[i]
+        ejection = self.ejections.get(i)
+        if ejection is None or r.state is not ReplicaState.EJECTED:
+            return  # readmitted meanwhile (an operator, panic mode)
+        now = self.clock()
+        self.answered[i] = problem is None
+        if problem is None:
+            self.silence.heard_from(i, now)
+            with contextlib.suppress(ControlError):
+                self.core.readmit(r.id, "a generation probe answered")
+            return
+        ejection.probe = problem
+        if ejection.until <= now:
+            self._in_row[i] += 1
+            ejection.in_row = self._in_row[i]
+            ejection.until = now + self._window(i)
+
+    def next_probe_at(self, i: int) -> float:
+        """When ejected replica ``i`` is probed next: the next active check, else when its
+        window ends."""
+        until = self.ejections[i].until
+        return min(until, self._next_check) if self.config.check_interval_s > 0 else until
 
     # ---- the loop: readmission probes and active checks -----------------------------------
 
@@ -191,14 +335,17 @@ class HealthMonitor(CoreListener):
             await self.round()
 
     async def round(self) -> None:
-        """One pass: probe replicas whose ejection ended, and (when due) the ones in service."""
+        """One pass: when a check is due, probe every replica (the ejected ones with a
+        generation, for readmission); else probe the ejected replicas whose window ended."""
         now = self.clock()
-        jobs: list[Awaitable[None]] = [
-            self._readmit_probe(i) for i, e in self.ejections.items() if e.until <= now
-        ]
         interval = self.config.check_interval_s
-        if interval > 0 and now >= self._next_check:
+        due = interval > 0 and now >= self._next_check
+        if due:
             self._next_check = now + interval
+        jobs: list[Awaitable[None]] = [
+            self._readmit_probe(i) for i, e in self.ejections.items() if due or e.until <= now
+        ]
+        if due:
             jobs += self._checks()
         if jobs:
             await asyncio.gather(*jobs)
@@ -240,19 +387,8 @@ class HealthMonitor(CoreListener):
         r = self.core.pool.replicas[i]
         # A generation, not /health: a frozen engine answers /health and generates nothing.
         problem = await self._ask(r, generate=True)
-        ejection = self.ejections.get(i)
-        if ejection is None or r.state is not ReplicaState.EJECTED or problem == _BUSY:
-            return  # readmitted by an operator meanwhile, or asked again next round
-        self.answered[i] = problem is None
-        if problem is None:
-            self.silence.heard_from(i, self.clock())
-            with contextlib.suppress(ControlError):
-                self.core.readmit(r.id)
-            return
-        self._in_row[i] += 1
-        ejection.in_row = self._in_row[i]
-        ejection.until = self.clock() + self._window(i)
-        ejection.reason = f"still failing: {problem}"
+        if problem != _BUSY:
+            self.readmission_verdict(i, problem)
 
     async def _check(self, r: Replica) -> None:
         problem = await self._ask(r)
@@ -262,11 +398,12 @@ class HealthMonitor(CoreListener):
         self.answered[i] = problem is None
         if problem is None:
             self.probe_failures[i] = 0
+            self._recovered(i, generated=False)
             return
         self.probe_failures[i] += 1
         limit = self.config.eject_after_failures
         if limit and self.probe_failures[i] >= limit and r.state is ReplicaState.ACTIVE:
-            self._eject(
+            self._condemn(
                 r, f"{self.probe_failures[i]} failed health checks: {problem}", "health_check"
             )
 
@@ -325,10 +462,12 @@ class HealthMonitor(CoreListener):
         self.answered[i] = problem is None
         if problem is None:
             self.silence.working(i, self.clock())  # slow, not stuck: it keeps every stream
+            if i in self.unhealthy:
+                self._recovered(i, generated=True)
             return
         reason = f"silent for {self.clock() - silent_since:.1f} s; {problem}"
         if r.state is ReplicaState.ACTIVE:
-            self._eject(r, reason, "silence")
+            self._condemn(r, reason, "silence")
         # Requests that sent nothing to their client yet are re-run elsewhere; streams end.
         self.silence.interrupt_all(i, f"{r.id}: {reason}")
 
@@ -351,27 +490,43 @@ class HealthMonitor(CoreListener):
 
     def status(self) -> dict[str, object]:
         """Per replica: failures in a row, its idle limit and its probe's verdict window
-        now, and the ejection if this monitor holds one."""
+        now, the verdict if this monitor judges it unhealthy (with why it stays in service
+        when it does), and the ejection if this monitor holds one."""
         now = self.clock()
         out: dict[str, object] = {}
         for r in self.core.pool:
-            e = self.ejections.get(r.index)
             out[r.id] = {
                 "failures_in_row": self.failures[r.index],
                 "failed_checks_in_row": self.probe_failures[r.index],
                 "answered": self.answered[r.index],
                 "idle_limit_s": self.silence.limit_s(r.index, now),
                 "verdict_window_s": self.verdict_window_s(r),
-                "ejection": None
-                if e is None
-                else {
-                    "reason": e.reason,
-                    "cause": e.cause,
-                    "remaining_s": max(0.0, e.until - now),
-                    "in_row": e.in_row,
-                },
+                "unhealthy": self._unhealthy_status(r),
+                "ejection": self._ejection_status(r.index, now),
             }
         return out
+
+    def _unhealthy_status(self, r: Replica) -> dict[str, object] | None:
+        v = self.unhealthy.get(r.index)
+        if v is None:
+            return None
+        kept = None
+        if r.state is ReplicaState.ACTIVE:
+            kept = "panic mode" if self.core.panic is not None else self._limit_text()
+        return {"reason": v.reason, "cause": v.cause, "kept_in_service": kept}
+
+    def _ejection_status(self, i: int, now: float) -> dict[str, object] | None:
+        e = self.ejections.get(i)
+        if e is None:
+            return None
+        return {
+            "reason": e.reason,
+            "cause": e.cause,
+            "remaining_s": max(0.0, e.until - now),
+            "next_probe_s": max(0.0, self.next_probe_at(i) - now),
+            "last_probe": e.probe,
+            "in_row": e.in_row,
+        }
 
 
 def _full_step_s(core: RouterCore, r: Replica) -> float:

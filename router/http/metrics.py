@@ -9,6 +9,7 @@ hot path pays only for the two latency histograms. Names:
 | ``gpurouter_replica_requests_total`` | counter | ``replica``, ``outcome`` (completed, failed) |
 | ``gpurouter_retries_total`` | counter | ``replica`` (the replica an attempt failed on) |
 | ``gpurouter_ejections_total`` | counter | ``replica``, ``cause`` (failures, health_check) |
+| ``gpurouter_panic`` | gauge (1 in panic mode) | |
 | ``gpurouter_replica_in_flight`` | gauge | ``replica`` |
 | ``gpurouter_replica_batch_size`` | gauge | ``replica`` |
 | ``gpurouter_replica_weight`` | gauge | ``replica`` |
@@ -135,6 +136,12 @@ class _CoreCollector(Collector):
             rejected.add_metric([replica], count)
         yield rejected
         yield from _queue(core)
+        yield GaugeMetricFamily(
+            "gpurouter_panic",
+            "1 while too few replicas are healthy and every replica in service is routed to "
+            "(panic mode), else 0.",
+            float(core.panic is not None),
+        )
         yield GaugeMetricFamily(
             "gpurouter_in_flight", "Requests running on replicas.", len(core.running)
         )

@@ -19,7 +19,9 @@ run: callbacks at given virtual times (``at``), the request an arrival becomes
 (``make_request``, to set its priority), and faults on a replica (``kill``, ``revive``,
 ``slow``, ``fail_fraction``), which the live router's own health monitor sees as the live one
 would: failed attempts are retried elsewhere and, enough of them in a row, eject the replica
-until a probe after the ejection window finds it back.
+(within the monitor's limits: its maximum ejected share, panic mode) until a readmission
+probe finds it back: one at every ``check_interval_s`` during the ejection window, and one
+when it ends.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 from router.clock import ManualClock
 from router.config.schema import FleetConfig, StrategyConfig
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
-from router.http.health import HealthMonitor
+from router.http.health import Ejection, HealthMonitor
 from router.imbalance import capacity_loads, imbalance_factor
 from router.perf.profiles import ProfileCatalog, default_catalog
 from router.replica import EngineLoad, Replica, ReplicaState
@@ -204,7 +206,7 @@ class Simulation(CoreListener):
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
         ejection = self.health.ejections.get(replica.index)
         if replica.state is ReplicaState.EJECTED and ejection is not None:
-            self.at(ejection.until, lambda: self._readmit_probe(replica.index))
+            self._next_readmit_probe(replica.index, ejection)
 
     # ---- the event loop --------------------------------------------------------------------
 
@@ -397,20 +399,24 @@ class Simulation(CoreListener):
         self.core.fail(a, reason)
         self.health.failure(a.replica, reason)
 
-    def _readmit_probe(self, i: int) -> None:
-        """The probe at the end of an ejection window: back in service if the server is up."""
-        r = self.core.pool.replicas[i]
-        ejection = self.health.ejections.get(i)
-        if ejection is None or r.state is not ReplicaState.EJECTED:
-            return
-        if not self._faults[i].dead:
-            self.core.readmit(r.id)
-            return
-        cfg = self.health.config
-        ejection.in_row += 1
-        window = min(cfg.eject_base_s * 2 ** (ejection.in_row - 1), cfg.eject_max_s)
-        ejection.until = self.clock.now + window
-        self.at(ejection.until, lambda: self._readmit_probe(i))
+    def _next_readmit_probe(self, i: int, ejection: Ejection) -> None:
+        """As the live monitor probes an ejected replica: at every check during its window
+        (the live checks run on one fleet-wide timer; here every ``check_interval_s`` from the
+        ejection), and when the window ends."""
+        interval = self.health.config.check_interval_s
+        at = ejection.until
+        if interval > 0:
+            at = min(at, self.clock.now + interval)
+        self.at(at, lambda: self._readmit_probe(i, ejection))
+
+    def _readmit_probe(self, i: int, ejection: Ejection) -> None:
+        """A readmission probe: back in service if the server is up."""
+        if self.health.ejections.get(i) is not ejection:
+            return  # readmitted meanwhile (and perhaps ejected again: that one has its own)
+        problem = "connection refused (replica killed)" if self._faults[i].dead else None
+        self.health.readmission_verdict(i, problem)
+        if self.health.ejections.get(i) is ejection:
+            self._next_readmit_probe(i, ejection)
 
     # ---- results ---------------------------------------------------------------------------
 
