@@ -3,7 +3,8 @@
 Whatever operators and replicas do, in any order: every request ends exactly once or is still
 waiting or running; no replica ever holds more than its batch size from dispatch; drained,
 draining or ejected replicas and replicas that cannot hold a request are never picked; and no
-request waits while a replica that could take it has a free slot.
+request waits while a replica that could take it has a free slot (shortest expected delay
+may keep one for a full replica that would finish it sooner: then it must be SED's choice).
 """
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ class CoreMachine(RuleBasedStateMachine):
             if i >= SCAN_LIMIT:
                 break
             takers = [r.id for r in self.core.pool if r.can_take(waiting)]
+            if takers and self.core.strategy.name == "shortest-expected-delay":
+                # Late binding by design: it may keep a request for a full replica that
+                # would finish it sooner. The core must still place whatever SED would.
+                waiting.waiting_ahead = i
+                chosen = self.core.strategy.pick(waiting, self.clock())
+                assert chosen is None, f"{waiting.id} waits while SED would send it to {chosen.id}"
+                continue
             assert not takers, f"{waiting.id} waits while {takers} could take it"
 
 
