@@ -7,6 +7,7 @@ never from timestamps in payloads, so a node with a wrong clock cannot look fres
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -74,6 +75,10 @@ class TelemetryStatus:
     """Messages on topics the subscriber did not ask for (amqtt may deliver some); unread."""
     overflowed: int = 0
     """Messages discarded unread because the subscriber fell behind (its queue is bounded)."""
+    drop_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Every payload dropped, by reason (they add up to :attr:`dropped`): ``not_bytes``,
+    ``oversized``, ``malformed``, ``wrong_node``, ``older_session``, ``repeated_seq``,
+    ``unknown_node``."""
 
     @property
     def dropped(self) -> int:
