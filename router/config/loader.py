@@ -197,6 +197,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (ControlConfig, "max_clock_skew_s"): lambda v: (
         None if 0 < v <= 3600 else f"must be > 0 and <= 3600 (an hour), got {v!r}"
     ),
+    (ControlConfig, "state_file"): _not_empty,
     (HealthConfig, "check_interval_s"): _at_least(0),
     (HealthConfig, "check_path"): _path,
     (HealthConfig, "check_timeout_s"): _above(0),

@@ -246,7 +246,7 @@ class BrokerConfig:
 
 @dataclass(frozen=True, slots=True)
 class ControlConfig:
-    """Operators' commands over MQTT: who may send them, and what a router accepts."""
+    """Operators' commands over MQTT: who may send them, and what each router remembers."""
 
     secret_env: str | None = None
     """Name of the environment variable that holds the secret control messages are signed
@@ -257,6 +257,11 @@ class ControlConfig:
     """A command's version is its publisher's wall clock in milliseconds; one further ahead of
     the router's clock than this is refused and counted, so that no message (a forged one,
     or one from a clock set wrong) can hold a slot against the operator's later commands."""
+    state_file: str | None = None
+    """File where the router keeps the operator's last applied desired state, so that after a
+    broker that lost its retained messages it starts from the operator's word, not the fleet
+    file's. Relative to the fleet file; by default
+    ``$XDG_STATE_HOME/gpurouter/control/<cluster>.json`` (``~/.local/state`` when unset)."""
 
 
 @dataclass(frozen=True, slots=True)

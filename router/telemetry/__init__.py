@@ -6,7 +6,7 @@ topics; ``agent`` publishes a node (:class:`NodeAgent`); ``subscriber`` feeds a 
 (:class:`TelemetrySubscriber`); ``control_topics`` carries operator commands to
 each router (:class:`ControlLink`), ``control_publisher`` sends them
 (:class:`ControlPublisher`, :func:`publish_command`), ``control_messages`` and
-``control_auth`` are their format and signature;
+``control_auth`` are their format and signature, ``desired_state`` the routers' copy on disk;
 ``embedded_broker`` runs amqtt on loopback (:class:`EmbeddedBroker`); ``engine_metrics``
 reads replicas' own /metrics (:class:`EngineMetricsPoller`). docs/telemetry.md describes them.
 

@@ -35,6 +35,10 @@ Hostile or broken publishers cannot steer a router or blind it:
   out the operator's command. What is dropped is counted by reason (:data:`REFUSALS`) and
   not acknowledged (a flood of junk must not become a flood of acks).
 
+Each router keeps the last applied message of every slot in a state file
+(:mod:`~router.telemetry.desired_state`) and applies it when it starts, so that a broker
+which lost its retained messages does not send the fleet back to the fleet file's settings.
+
 Each router also publishes its snapshot's essentials on ``routers/<router>/stats`` every
 period and every audit event on ``events``.
 """
@@ -83,6 +87,7 @@ from router.telemetry.control_messages import (
     slot_of,
 )
 from router.telemetry.control_publisher import ControlPublisher, publish_command
+from router.telemetry.desired_state import DesiredStateFile, state_path
 from router.telemetry.status import ControlLinkStatus
 from router.telemetry.topics import Topics, check_level
 
@@ -116,7 +121,8 @@ class ControlLink:
     """One router instance's link to the control topics (see the module docstring).
 
     ``secret`` authenticates control messages (None: they are not, and :meth:`start` says
-    so). :meth:`from_fleet` takes it from the fleet file's ``control`` section.
+    so); ``state`` keeps the applied desired state across restarts (None: it is not kept).
+    :meth:`from_fleet` takes all of it from the fleet file's ``control`` section.
     """
 
     def __init__(
@@ -130,6 +136,7 @@ class ControlLink:
         wall_clock: Callable[[], float] = time.time,
         secret: bytes | None = None,
         max_clock_skew_s: float = ControlConfig().max_clock_skew_s,
+        state: DesiredStateFile | None = None,
         max_queued: int = MAX_QUEUED,
     ) -> None:
         self.surface = surface
@@ -142,6 +149,7 @@ class ControlLink:
         self.wall_clock = wall_clock
         self.secret = secret
         self.max_clock_skew_s = max_clock_skew_s
+        self.state = state
         self.max_queued = max_queued
         self.applied: dict[str, int] = {}
         """Per slot, the version last applied."""
@@ -149,8 +157,14 @@ class ControlLink:
         """Messages dropped, by reason (:data:`REFUSALS`)."""
         self.stale = 0
         """Messages older than the version applied on their slot (ignored)."""
+        self.restored = 0
+        """Commands applied from the state file at start."""
+        self.state_errors = 0
+        """State files that could not be read or written."""
         self.last_refusal: str | None = None
+        self.last_state_error: str | None = None
         self.connected = False
+        self._saved: dict[str, dict[str, Any]] = {}
         self._max_slots = 1 + 4 * len(self.core.pool) + _SPARE_SLOTS
         self._events: deque[Event] = deque(maxlen=_EVENTS_KEPT)
         self._events_ready = asyncio.Event()
@@ -166,14 +180,15 @@ class ControlLink:
         environ: Mapping[str, str] | None = None,
         **options: Any,
     ) -> ControlLink:
-        """A link set up as the fleet file's ``control`` section says: its secret and clock
-        skew. ControlError when the secret's variable is unset or short."""
+        """A link set up as the fleet file's ``control`` section says: its secret, clock
+        skew and state file. ControlError when the secret's variable is unset or short."""
         fleet = surface.core.fleet
         return cls(
             surface,
             target=target,
             secret=control_auth.resolve_secret(fleet.control, environ),
             max_clock_skew_s=fleet.control.max_clock_skew_s,
+            state=DesiredStateFile(state_path(fleet, environ), fleet.cluster),
             **options,
         )
 
@@ -191,11 +206,15 @@ class ControlLink:
             slots=len(self.applied),
             refused=dict(self.refused),
             stale=self.stale,
+            restored=self.restored,
             last_refusal=self.last_refusal,
+            state_file=None if self.state is None else str(self.state.path),
+            state_errors=self.state_errors,
+            last_state_error=self.last_state_error,
         )
 
     async def start(self) -> None:
-        """Connect in the background (and reconnect with backoff whenever the link drops)."""
+        """Apply the saved desired state, then connect in the background."""
         if self._task is None:
             if self.secret is None:
                 log.warning(
@@ -207,6 +226,7 @@ class ControlLink:
                     control_auth.SECRET_ENV,
                 )
             self._unsubscribe = self.surface.subscribe(self._on_event)
+            self.restore()
             self._task = asyncio.create_task(self._run(), name=f"control-{self.router_id}")
 
     async def stop(self) -> None:
@@ -280,11 +300,49 @@ class ControlLink:
             return Refused(slot, "too_many_slots", many, version)
         return Accepted(slot, desired, message)
 
-    def _apply(self, accepted: Accepted) -> Ack:
+    def restore(self) -> int:
+        """Apply the desired state saved by this router's last run, oldest command first;
+        how many were applied. :meth:`start` calls it before connecting."""
+        if self.state is None:
+            return 0
+        try:
+            saved = self.state.load()
+        except ControlError as exc:
+            self._state_failed(f"saved desired state not used: {exc}")
+            return 0
+        accepted: list[Accepted] = []
+        for slot, message in saved.items():
+            verdict = self.judge(slot, message)
+            if isinstance(verdict, Accepted):
+                accepted.append(verdict)
+            elif isinstance(verdict, Refused):
+                why = verdict.detail
+                log.warning("control link %s: saved %s not applied: %s", self.router_id, slot, why)
+        for item in sorted(accepted, key=lambda a: a.desired.version):
+            self._apply(item, source="restored")
+        self.restored += len(accepted)
+        return len(accepted)
+
+    def _apply(self, accepted: Accepted, source: str = "mqtt") -> Ack:
         slot, desired = accepted.slot, accepted.desired
         self.applied[slot] = desired.version
-        event = self.surface.apply(desired.command, actor=f"mqtt:{desired.origin}")
+        self._saved[slot] = dict(accepted.message)
+        event = self.surface.apply(desired.command, actor=f"{source}:{desired.origin}")
+        self._save()
         return Ack(slot, desired.version, event.ok, event.message)
+
+    def _save(self) -> None:
+        if self.state is None:
+            return
+        try:
+            self.state.save(self._saved)
+        except OSError as exc:
+            self._state_failed(f"cannot write {self.state.path}: {exc.strerror or exc}")
+
+    def _state_failed(self, reason: str) -> None:
+        self.state_errors += 1
+        self.last_state_error = reason
+        log.warning("control link %s: %s", self.router_id, reason)
 
     def _count(self, verdict: Verdict) -> None:
         if isinstance(verdict, Stale):

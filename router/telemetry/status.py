@@ -74,8 +74,15 @@ class ControlLinkStatus:
     ``bad_signature``, ``wrong_slot``, ``future_version``, ``too_many_slots``, ``overflow``."""
     stale: int
     """Messages older than the command applied on their slot (ignored)."""
+    restored: int
+    """Commands applied from the state file when the link started."""
     last_refusal: str | None = None
     """Why the latest dropped message was dropped."""
+    state_file: str | None = None
+    """Where the applied desired state is kept (None: it is not kept)."""
+    state_errors: int = 0
+    """Times the state file could not be read or written."""
+    last_state_error: str | None = None
 
     @property
     def dropped(self) -> int:
