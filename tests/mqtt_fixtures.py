@@ -59,9 +59,16 @@ def mosquitto_binary() -> str:
 
 
 class Mosquitto:
-    """A Mosquitto on 127.0.0.1 with a generated config: anonymous, no persistence."""
+    """A Mosquitto on 127.0.0.1 with a generated config: anonymous, no persistence, unless
+    a password file or ``settings`` (lines that replace ``persistence false``) say else."""
 
-    def __init__(self, binary: str, workdir: Path, password_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        password_file: Path | None = None,
+        settings: str = "persistence false\n",
+    ) -> None:
         self.binary = binary
         self.port = free_port()
         self.config = workdir / "mosquitto.conf"
@@ -73,7 +80,7 @@ class Mosquitto:
         # Started as root, Mosquitto drops to the 'mosquitto' user, which cannot read the
         # test's private directory; staying the user who runs the tests avoids that.
         self.config.write_text(
-            f"listener {self.port} 127.0.0.1\n{auth}persistence false\nlog_type error\n"
+            f"listener {self.port} 127.0.0.1\n{auth}{settings}log_type error\n"
             f"user {getpass.getuser()}\n"
         )
         self._proc: asyncio.subprocess.Process | None = None

@@ -4,6 +4,7 @@ from router.config.loader import load_fleet, parse_fleet, unprofiled_kinds
 from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
+    ControlConfig,
     CostConfig,
     FleetConfig,
     GpuConfig,
@@ -19,6 +20,7 @@ from router.config.schema import (
 __all__ = [
     "AdaptiveConfig",
     "BrokerConfig",
+    "ControlConfig",
     "CostConfig",
     "FleetConfig",
     "GpuConfig",

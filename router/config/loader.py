@@ -32,6 +32,7 @@ from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
     ConsoleConfig,
+    ControlConfig,
     CostConfig,
     FleetConfig,
     GpuConfig,
@@ -197,6 +198,11 @@ _RULES: dict[tuple[type, str], Rule] = {
     (BrokerConfig, "key_file"): _not_empty,
     (BrokerConfig, "keepalive_s"): _at_least(1),
     (BrokerConfig, "max_payload_bytes"): _at_least(256),
+    (ControlConfig, "secret_env"): _env_var,
+    (ControlConfig, "max_clock_skew_s"): lambda v: (
+        None if 0 < v <= 3600 else f"must be > 0 and <= 3600 (an hour), got {v!r}"
+    ),
+    (ControlConfig, "state_file"): _not_empty,
     (HealthConfig, "check_interval_s"): _at_least(0),
     (HealthConfig, "check_path"): _path,
     (HealthConfig, "check_timeout_s"): _above(0),

@@ -261,6 +261,26 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlConfig:
+    """Operators' commands over MQTT: who may send them, and what each router remembers."""
+
+    secret_env: str | None = None
+    """Name of the environment variable that holds the secret control messages are signed
+    with (HMAC-SHA256, at least 16 characters; never the secret itself). Unset, the variable
+    ``GPUROUTER_CONTROL_SECRET`` is read; with neither, control messages are not
+    authenticated and the router says so at start."""
+    max_clock_skew_s: float = 60.0
+    """A command's version is its publisher's wall clock in milliseconds; one further ahead of
+    the router's clock than this is refused and counted, so that no message (a forged one,
+    or one from a clock set wrong) can hold a slot against the operator's later commands."""
+    state_file: str | None = None
+    """File where the router keeps the operator's last applied desired state, so that after a
+    broker that lost its retained messages it starts from the operator's word, not the fleet
+    file's. Relative to the fleet file; by default
+    ``$XDG_STATE_HOME/gpurouter/control/<cluster>.json`` (``~/.local/state`` when unset)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     """The router's HTTP listeners: the OpenAI-compatible front door and the admin API."""
 
@@ -327,6 +347,8 @@ class FleetConfig:
     """Router settings."""
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     """Broker settings."""
+    control: ControlConfig = field(default_factory=ControlConfig)
+    """Control over MQTT."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """HTTP listeners."""
     console: ConsoleConfig = field(default_factory=ConsoleConfig)

@@ -3,8 +3,10 @@
 ``schema`` holds the messages (:class:`GpuBatch`, :class:`NodeStatus`) with strict
 ``decode_*`` functions; ``nvml_sampler`` reads real GPUs; ``topics`` lays out the MQTT
 topics; ``agent`` publishes a node (:class:`NodeAgent`); ``subscriber`` feeds a router core
-(:class:`TelemetrySubscriber`); ``control_topics`` carries operator commands
-(:class:`ControlLink`, :class:`ControlPublisher`, :func:`publish_command`);
+(:class:`TelemetrySubscriber`); ``control_topics`` carries operator commands to
+each router (:class:`ControlLink`), ``control_publisher`` sends them
+(:class:`ControlPublisher`, :func:`publish_command`), ``control_messages`` and
+``control_auth`` are their format and signature, ``desired_state`` the routers' copy on disk;
 ``embedded_broker`` runs amqtt on loopback (:class:`EmbeddedBroker`); ``engine_metrics``
 reads replicas' own /metrics (:class:`EngineMetricsPoller`). docs/telemetry.md describes them.
 
@@ -37,7 +39,8 @@ from router.telemetry.schema import (
 if TYPE_CHECKING:
     from router.telemetry.agent import EmulatedSource, NodeAgent
     from router.telemetry.connection import Backoff, BrokerTarget, resolve_target
-    from router.telemetry.control_topics import ControlLink, ControlPublisher, publish_command
+    from router.telemetry.control_publisher import ControlPublisher, publish_command
+    from router.telemetry.control_topics import ControlLink
     from router.telemetry.embedded_broker import EmbeddedBroker
     from router.telemetry.engine_metrics import EngineMetricsPoller, parse_engine_metrics
     from router.telemetry.nvml_sampler import NvmlSampler, NvmlUnavailableError, SystemInfo
@@ -54,8 +57,8 @@ _LAZY = {
     "BrokerTarget": "connection",
     "resolve_target": "connection",
     "ControlLink": "control_topics",
-    "ControlPublisher": "control_topics",
-    "publish_command": "control_topics",
+    "ControlPublisher": "control_publisher",
+    "publish_command": "control_publisher",
     "EmbeddedBroker": "embedded_broker",
     "EngineMetricsPoller": "engine_metrics",
     "parse_engine_metrics": "engine_metrics",

@@ -161,11 +161,13 @@ def make_client(
     max_queued_outgoing: int | None = 64,
     max_queued_incoming: int | None = 10_000,
     logger: logging.Logger | None = None,
+    queue_type: type[asyncio.Queue[aiomqtt.Message]] | None = None,
 ) -> aiomqtt.Client:
     """An aiomqtt client (MQTT 3.1.1, which every broker speaks, amqtt included).
 
     Both queues are bounded: a slow broker makes publishes fail (and the caller count them)
     instead of piling up memory, and a receiver that falls behind drops the excess.
+    ``queue_type`` is the incoming queue's class (see :func:`screened_queue`).
     """
     return aiomqtt.Client(
         target.host,
@@ -182,7 +184,37 @@ def make_client(
         max_queued_incoming_messages=max_queued_incoming,
         protocol=aiomqtt.ProtocolVersion.V311,
         logger=logger,
+        queue_type=queue_type,
     )
+
+
+def screened_queue(
+    admit: Callable[[aiomqtt.Message], bool], on_full: Callable[[aiomqtt.Message], None]
+) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """An incoming queue class that keeps only the messages ``admit`` lets in, and hands
+    one that finds it full to ``on_full`` (aiomqtt would log a line per message).
+
+    aiomqtt puts each message in its queue as it reads it off the socket; judging it there,
+    before it takes a place, is what keeps a flood of junk from pushing out the message that
+    matters. ``admit`` runs in the client's read callback, so it must be quick; should it
+    raise (a bug), the message is let in for the receiver to judge rather than lost.
+    """
+
+    class ScreenedQueue(asyncio.Queue[aiomqtt.Message]):
+        def put_nowait(self, item: aiomqtt.Message) -> None:
+            try:
+                admitted = admit(item)
+            except Exception:
+                log.exception("screening a message on %s", item.topic.value)
+                admitted = True
+            if not admitted:
+                return
+            try:
+                super().put_nowait(item)
+            except asyncio.QueueFull:
+                on_full(item)
+
+    return ScreenedQueue
 
 
 ConnectionHook = Callable[[bool, str | None], None]

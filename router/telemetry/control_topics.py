@@ -23,6 +23,22 @@ trail like any other), and acknowledges on ``control/acks/<router>``. Versions a
 publisher's wall clock in milliseconds (strictly growing per publisher), so the last command
 sent is the one every router converges on.
 
+Hostile or broken publishers cannot steer a router or blind it:
+
+- with a shared secret (:mod:`~router.telemetry.control_auth`), a message that is unsigned
+  or badly signed is dropped and counted; without one the router says at start, loudly,
+  that anyone who can publish on the control topics can steer it;
+- a version further ahead of the router's clock than ``control.max_clock_skew_s`` is
+  refused, so that no message can hold its slot against the operator's later commands;
+- every message is judged as it comes off the socket, before it takes a place in the
+  link's bounded queue: only commands to apply are queued, so a flood of junk cannot push
+  out the operator's command. What is dropped is counted by reason (:data:`REFUSALS`) and
+  not acknowledged (a flood of junk must not become a flood of acks).
+
+Each router keeps the last applied message of every slot in a state file
+(:mod:`~router.telemetry.desired_state`) and applies it when it starts, so that a broker
+which lost its retained messages does not send the fleet back to the fleet file's settings.
+
 Each router also publishes its snapshot's essentials on ``routers/<router>/stats`` every
 period and every audit event on ``events``.
 """
@@ -30,125 +46,84 @@ period and every audit event on ``events``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import re
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiomqtt
 
-from router.config.schema import BrokerConfig
-from router.control import (
-    Command,
-    ControlSurface,
-    Drain,
-    Eject,
-    Event,
-    Preempt,
-    Readmit,
-    SetBatchSize,
-    SetStrategy,
-    SetWeight,
-    Undrain,
-    command_args,
-    command_name,
-    parse_command,
-)
-from router.errors import ControlError, TelemetryError
+from router.config.schema import ControlConfig
+from router.control import ControlSurface, Event
+from router.errors import ControlError
+from router.telemetry import control_auth
 from router.telemetry.connection import (
     Backoff,
     BrokerTarget,
     cancel_and_wait,
     make_client,
     publish,
-    resolve_target,
+    screened_queue,
     stay_connected,
     subscribe,
 )
+from router.telemetry.control_messages import (
+    CONTROL_VERSION,
+    MAX_CONTROL_BYTES,
+    REFUSALS,
+    Accepted,
+    Ack,
+    Desired,
+    Refused,
+    Stale,
+    Verdict,
+    decode_desired,
+    desired_from,
+    encode_desired,
+    load_message,
+    slot_of,
+)
+from router.telemetry.control_publisher import ControlPublisher, publish_command
+from router.telemetry.desired_state import DesiredStateFile, state_path
+from router.telemetry.status import ControlLinkStatus
 from router.telemetry.topics import Topics, check_level
+
+__all__ = [
+    "CONTROL_VERSION",
+    "MAX_CONTROL_BYTES",
+    "MAX_QUEUED",
+    "REFUSALS",
+    "Ack",
+    "ControlLink",
+    "ControlPublisher",
+    "Desired",
+    "decode_desired",
+    "encode_desired",
+    "publish_command",
+    "slot_of",
+]
 
 log = logging.getLogger(__name__)
 
-CONTROL_VERSION = 1
-MAX_CONTROL_BYTES = 16 * 1024
-_ORIGIN = re.compile(r"^[\w.@:-]{1,64}$")
 _EVENTS_KEPT = 1000
-
-
-def slot_of(command: Command) -> str:
-    """The desired-state slot a command sets (see the module docstring)."""
-    match command:
-        case SetStrategy():
-            return "strategy"
-        case SetWeight(replica):
-            return f"weight/{check_level(replica, 'replica id')}"
-        case SetBatchSize(replica):
-            return f"batch/{check_level(replica, 'replica id')}"
-        case Drain(replica) | Undrain(replica) | Preempt(replica):
-            return f"service/{check_level(replica, 'replica id')}"
-        case Eject(replica) | Readmit(replica):
-            return f"eject/{check_level(replica, 'replica id')}"
-    raise ControlError(f"no slot for {command!r}")
-
-
-def encode_desired(command: Command, version: int, origin: str, ts: float) -> bytes:
-    body = {"command": command_name(command), **command_args(command)}
-    message = {"v": CONTROL_VERSION, "version": version, "origin": origin, "ts": ts}
-    return json.dumps(message | {"command": body}, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class Desired:
-    """One decoded desired-state message."""
-
-    version: int
-    origin: str
-    command: Command
-
-
-def decode_desired(payload: bytes) -> Desired:
-    """Read a desired-state message; ControlError says what is wrong with it."""
-    if len(payload) > MAX_CONTROL_BYTES:
-        raise ControlError(f"control message of {len(payload)} bytes, over {MAX_CONTROL_BYTES}")
-    try:
-        data = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ControlError("control message is not JSON") from None
-    if not isinstance(data, dict) or data.get("v") != CONTROL_VERSION or data.get("v") is True:
-        raise ControlError(f"control message: expected an object with v {CONTROL_VERSION}")
-    version, origin, body = data.get("version"), data.get("origin"), data.get("command")
-    if type(version) is not int or not 0 <= version < 2**63:
-        raise ControlError("control message: version must be a non-negative integer")
-    if not isinstance(origin, str) or not _ORIGIN.match(origin):
-        raise ControlError("control message: origin must be 1-64 of letters, digits, . @ : _ -")
-    if not isinstance(body, dict):
-        raise ControlError("control message: command must be an object")
-    return Desired(version, origin, parse_command(body))
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """What a router did with one desired-state message."""
-
-    slot: str
-    version: int | None
-    ok: bool
-    message: str
-
-    def encode(self, router: str) -> bytes:
-        body = {"v": CONTROL_VERSION, "router": router, "slot": self.slot}
-        body |= {"version": self.version, "ok": self.ok, "message": self.message}
-        return json.dumps(body, separators=(",", ":")).encode()
+_SPARE_SLOTS = 64
+"""Slots a link tracks beyond those its fleet's replicas can have (a command on an unknown
+replica is applied, refused by the surface and acknowledged); a new slot past them is
+refused, so that made-up slots cannot grow the link's memory without end."""
+MAX_QUEUED = 10_000
+"""Commands waiting to be applied; junk never takes a place (see the module docstring)."""
 
 
 class ControlLink:
-    """One router instance's link to the control topics (see the module docstring)."""
+    """One router instance's link to the control topics (see the module docstring).
+
+    ``secret`` authenticates control messages (None: they are not, and :meth:`start` says
+    so); ``state`` keeps the applied desired state across restarts (None: it is not kept).
+    :meth:`from_fleet` takes all of it from the fleet file's ``control`` section.
+    """
 
     def __init__(
         self,
@@ -159,6 +134,10 @@ class ControlLink:
         stats_period_s: float = 1.0,
         backoff: Backoff | None = None,
         wall_clock: Callable[[], float] = time.time,
+        secret: bytes | None = None,
+        max_clock_skew_s: float = ControlConfig().max_clock_skew_s,
+        state: DesiredStateFile | None = None,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
         self.surface = surface
         self.core = surface.core
@@ -168,19 +147,86 @@ class ControlLink:
         self.stats_period_s = stats_period_s
         self.backoff = backoff or Backoff(base_s=0.2, cap_s=10.0)
         self.wall_clock = wall_clock
+        self.secret = secret
+        self.max_clock_skew_s = max_clock_skew_s
+        self.state = state
+        self.max_queued = max_queued
         self.applied: dict[str, int] = {}
         """Per slot, the version last applied."""
-        self.dropped = 0
-        """Control messages that could not be read."""
+        self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
+        """Messages dropped, by reason (:data:`REFUSALS`)."""
+        self.stale = 0
+        """Messages older than the version applied on their slot (ignored)."""
+        self.restored = 0
+        """Commands applied from the state file at start."""
+        self.state_errors = 0
+        """State files that could not be read or written."""
+        self.last_refusal: str | None = None
+        self.last_state_error: str | None = None
         self.connected = False
+        self._saved: dict[str, dict[str, Any]] = {}
+        self._max_slots = 1 + 4 * len(self.core.pool) + _SPARE_SLOTS
         self._events: deque[Event] = deque(maxlen=_EVENTS_KEPT)
         self._events_ready = asyncio.Event()
         self._unsubscribe: Callable[[], None] | None = None
         self._task: asyncio.Task[None] | None = None
 
+    @classmethod
+    def from_fleet(
+        cls,
+        surface: ControlSurface,
+        *,
+        target: BrokerTarget,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> ControlLink:
+        """A link set up as the fleet file's ``control`` section says: its secret, clock
+        skew and state file. ControlError when the secret's variable is unset or short."""
+        fleet = surface.core.fleet
+        return cls(
+            surface,
+            target=target,
+            secret=control_auth.resolve_secret(fleet.control, environ),
+            max_clock_skew_s=fleet.control.max_clock_skew_s,
+            state=DesiredStateFile(state_path(fleet, environ), fleet.cluster),
+            **options,
+        )
+
+    @property
+    def dropped(self) -> int:
+        """Control messages dropped, whatever the reason."""
+        return sum(self.refused.values())
+
+    def status(self) -> ControlLinkStatus:
+        """The link's counters, for the admin API and /metrics."""
+        return ControlLinkStatus(
+            router=self.router_id,
+            connected=self.connected,
+            authenticated=self.secret is not None,
+            slots=len(self.applied),
+            refused=dict(self.refused),
+            stale=self.stale,
+            restored=self.restored,
+            last_refusal=self.last_refusal,
+            state_file=None if self.state is None else str(self.state.path),
+            state_errors=self.state_errors,
+            last_state_error=self.last_state_error,
+        )
+
     async def start(self) -> None:
+        """Apply the saved desired state, then connect in the background."""
         if self._task is None:
+            if self.secret is None:
+                log.warning(
+                    "control link %s: control messages are NOT authenticated: anyone who can "
+                    "publish on %s can steer this router. Set control.secret_env (or %s) "
+                    "on every router and publisher.",
+                    self.router_id,
+                    self.topics.all_desired,
+                    control_auth.SECRET_ENV,
+                )
             self._unsubscribe = self.surface.subscribe(self._on_event)
+            self.restore()
             self._task = asyncio.create_task(self._run(), name=f"control-{self.router_id}")
 
     async def stop(self) -> None:
@@ -192,25 +238,141 @@ class ControlLink:
             await cancel_and_wait(task)
         self.connected = False
 
+    # ---- judging and applying messages -----------------------------------------------------
+
     def handle(self, topic: str, payload: object) -> Ack | None:
-        """Apply one control message if it is new; the ack to send, or None. Never raises."""
+        """Apply one control message if it is new and sound; the ack to send, or None.
+
+        A refused message is counted and answered with ``ok: false`` here; off the network
+        it never gets this far (:meth:`admit` drops it before the queue). Never raises.
+        """
+        verdict = self.screen(topic, payload)
+        if isinstance(verdict, Accepted):
+            return self._apply(verdict)
+        self._count(verdict)
+        if isinstance(verdict, Refused):
+            return Ack(verdict.slot, verdict.version, False, verdict.detail)
+        return None
+
+    def screen(self, topic: str, payload: object) -> Verdict:
+        """What one message comes to, without applying or counting it."""
         slot = self.topics.parse_desired(topic)
         if slot is None or not isinstance(payload, bytes | bytearray) or not payload:
             return None  # not ours, or a retained message being cleared
+        if len(payload) > MAX_CONTROL_BYTES:
+            size = f"control message of {len(payload)} bytes, over {MAX_CONTROL_BYTES}"
+            return Refused(slot, "oversized", size)
         try:
-            desired = decode_desired(bytes(payload))
+            message = load_message(bytes(payload))
+        except ControlError as exc:
+            return Refused(slot, "malformed", str(exc))
+        return self.judge(slot, message)
+
+    def judge(self, slot: str, message: Mapping[str, Any]) -> Verdict:
+        """What a parsed message on ``slot`` comes to: its signature, its command, its
+        version against the router's clock and against the slot's last."""
+        if self.secret is not None:
+            problem = control_auth.check(message, self.topics.desired(slot), self.secret)
+            if problem is not None:
+                return Refused(slot, problem, f"{problem.replace('_', ' ')} control message")
+        try:
+            desired = desired_from(message)
             expected = slot_of(desired.command)
         except (ControlError, ValueError) as exc:
-            self.dropped += 1
-            return Ack(slot, None, False, str(exc))
+            return Refused(slot, "malformed", str(exc))
+        version = desired.version
         if expected != slot:
-            self.dropped += 1
-            return Ack(slot, desired.version, False, f"a {expected} command on slot {slot}")
-        if desired.version <= self.applied.get(slot, -1):
-            return None  # applied already (a retained message seen again)
+            return Refused(slot, "wrong_slot", f"a {expected} command on slot {slot}", version)
+        ahead_s = version / 1000 - self.wall_clock()
+        if ahead_s > self.max_clock_skew_s:
+            return Refused(
+                slot,
+                "future_version",
+                f"version {version} is {ahead_s:.0f} s ahead of router {self.router_id}'s "
+                f"clock (at most {self.max_clock_skew_s:g} s allowed)",
+                version,
+            )
+        last = self.applied.get(slot)
+        if last is not None and version <= last:
+            return Stale(slot, version) if version < last else None
+        if last is None and len(self.applied) >= self._max_slots:
+            many = f"over {self._max_slots} slots; a new slot {slot} is refused"
+            return Refused(slot, "too_many_slots", many, version)
+        return Accepted(slot, desired, message)
+
+    def restore(self) -> int:
+        """Apply the desired state saved by this router's last run, oldest command first;
+        how many were applied. :meth:`start` calls it before connecting."""
+        if self.state is None:
+            return 0
+        try:
+            saved = self.state.load()
+        except ControlError as exc:
+            self._state_failed(f"saved desired state not used: {exc}")
+            return 0
+        accepted: list[Accepted] = []
+        for slot, message in saved.items():
+            verdict = self.judge(slot, message)
+            if isinstance(verdict, Accepted):
+                accepted.append(verdict)
+            elif isinstance(verdict, Refused):
+                why = verdict.detail
+                log.warning("control link %s: saved %s not applied: %s", self.router_id, slot, why)
+        for item in sorted(accepted, key=lambda a: a.desired.version):
+            self._apply(item, source="restored")
+        self.restored += len(accepted)
+        return len(accepted)
+
+    def _apply(self, accepted: Accepted, source: str = "mqtt") -> Ack:
+        slot, desired = accepted.slot, accepted.desired
         self.applied[slot] = desired.version
-        event = self.surface.apply(desired.command, actor=f"mqtt:{desired.origin}")
+        self._saved[slot] = dict(accepted.message)
+        event = self.surface.apply(desired.command, actor=f"{source}:{desired.origin}")
+        self._save()
         return Ack(slot, desired.version, event.ok, event.message)
+
+    def _save(self) -> None:
+        if self.state is None:
+            return
+        try:
+            self.state.save(self._saved)
+        except OSError as exc:
+            self._state_failed(f"cannot write {self.state.path}: {exc.strerror or exc}")
+
+    def _state_failed(self, reason: str) -> None:
+        self.state_errors += 1
+        self.last_state_error = reason
+        log.warning("control link %s: %s", self.router_id, reason)
+
+    def _count(self, verdict: Verdict) -> None:
+        if isinstance(verdict, Stale):
+            self.stale += 1
+        elif isinstance(verdict, Refused):
+            self._refuse(verdict.reason, verdict.detail)
+
+    def _refuse(self, reason: str, detail: str) -> None:
+        count = self.refused[reason] = self.refused[reason] + 1
+        self.last_refusal = f"{reason}: {detail}"
+        if count & (count - 1) == 0:  # the 1st, 2nd, 4th...: a flood is not a flood of logs
+            log.warning(
+                "control link %s dropped a message (%s, %d so far): %s",
+                self.router_id,
+                reason,
+                count,
+                detail,
+            )
+
+    def admit(self, message: aiomqtt.Message) -> bool:
+        """Judge a message as it comes off the socket: only a command to apply is queued."""
+        verdict = self.screen(message.topic.value, message.payload)
+        if isinstance(verdict, Accepted):
+            return True
+        self._count(verdict)
+        return False
+
+    def overflowed(self, message: aiomqtt.Message) -> None:
+        """Count a command the full queue could not take."""
+        self._refuse("overflow", f"{self.max_queued} commands already wait to be applied")
 
     def stats_payload(self) -> bytes:
         """The ``routers/<router>/stats`` message: this router's queue and replicas now."""
@@ -246,8 +408,14 @@ class ControlLink:
 
     async def _run(self) -> None:
         identifier = f"gpurouter-{self.router_id}-control"
+        queue = screened_queue(self.admit, self.overflowed)
         await stay_connected(
-            lambda: make_client(self.target, identifier=identifier),
+            lambda: make_client(
+                self.target,
+                identifier=identifier,
+                max_queued_incoming=self.max_queued,
+                queue_type=queue,
+            ),
             self._connected,
             backoff=self.backoff,
             on_change=self._on_change,
@@ -294,77 +462,3 @@ class ControlLink:
                 event = self._events.popleft()
                 body = {"v": CONTROL_VERSION, "router": self.router_id, **event.to_dict()}
                 await publish(client, topic, json.dumps(body, default=str).encode(), qos=1)
-
-
-class ControlPublisher:
-    """Sends operator commands as desired state (for ``gpurouter ctl`` and the console)."""
-
-    def __init__(
-        self,
-        target: BrokerTarget,
-        cluster: str,
-        *,
-        origin: str = "operator",
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        if not _ORIGIN.match(origin):
-            raise TelemetryError(f"origin {origin!r}: 1-64 of letters, digits, . @ : _ -")
-        self.target = target
-        self.topics = Topics(cluster)
-        self.origin = origin
-        self.wall_clock = wall_clock
-        self._last = 0
-        self._client: aiomqtt.Client | None = None
-
-    async def __aenter__(self) -> ControlPublisher:
-        identifier = f"gpurouter-ctl-{uuid.uuid4().hex[:12]}"
-        self._client = make_client(self.target, identifier=identifier)
-        try:
-            await self._client.__aenter__()
-        except aiomqtt.MqttError as exc:
-            self._client = None
-            raise TelemetryError(f"cannot reach the broker at {self.target.url}: {exc}") from None
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(aiomqtt.MqttError):
-                await client.__aexit__(None, None, None)
-
-    def next_version(self) -> int:
-        """Wall-clock milliseconds, strictly above the last version this publisher used."""
-        self._last = max(self._last + 1, int(self.wall_clock() * 1000))
-        return self._last
-
-    async def publish(self, command: Command | Mapping[str, Any]) -> int:
-        """Publish ``command`` (a Command or its JSON form) as desired state; its version."""
-        if self._client is None:
-            raise TelemetryError("ControlPublisher is used as 'async with ControlPublisher(...)'")
-        cmd = command if not isinstance(command, Mapping) else parse_command(command)
-        version = self.next_version()
-        payload = encode_desired(cmd, version, self.origin, self.wall_clock())
-        try:
-            topic = self.topics.desired(slot_of(cmd))
-            await publish(self._client, topic, payload, qos=1, retain=True)
-        except aiomqtt.MqttError as exc:
-            raise TelemetryError(f"could not publish to {self.target.url}: {exc}") from None
-        return version
-
-
-async def publish_command(
-    broker: BrokerTarget | str,
-    cluster: str,
-    command: Command | Mapping[str, Any],
-    *,
-    origin: str = "operator",
-) -> int:
-    """Publish one command as desired state and disconnect; the version it got.
-
-    ``broker`` is a resolved target or a ``mqtt://`` URL (credentials from the environment).
-    """
-    if isinstance(broker, str):
-        broker = resolve_target(BrokerConfig(), url=broker)
-    target = broker
-    async with ControlPublisher(target, cluster, origin=origin) as publisher:
-        return await publisher.publish(command)

@@ -1,12 +1,14 @@
-"""What the router knows of its telemetry feed, as plain frozen data for readers.
+"""What the router knows of its telemetry feed and control link, as plain frozen data.
 
-The MQTT subscriber keeps this up to date; the console, ``gpurouter ctl status``, the admin
-API and /metrics read it. Ages are measured on the router's own monotonic clock at arrival,
-never from timestamps in payloads, so a node with a wrong clock cannot look fresh.
+The MQTT subscriber and the control link keep this up to date; the console,
+``gpurouter ctl status``, the admin API and /metrics read it. Ages are measured on the
+router's own monotonic clock at arrival, never from timestamps in payloads, so a node with a
+wrong clock cannot look fresh.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -58,6 +60,36 @@ class NodeFeed:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlLinkStatus:
+    """A router's link to the control topics: what it applied and what it dropped."""
+
+    router: str
+    connected: bool
+    authenticated: bool
+    """Control messages must carry a good signature (a shared secret is set)."""
+    slots: int
+    """Desired-state slots with an applied command."""
+    refused: Mapping[str, int]
+    """Messages dropped, by reason: ``oversized``, ``malformed``, ``unsigned``,
+    ``bad_signature``, ``wrong_slot``, ``future_version``, ``too_many_slots``, ``overflow``."""
+    stale: int
+    """Messages older than the command applied on their slot (ignored)."""
+    restored: int
+    """Commands applied from the state file when the link started."""
+    last_refusal: str | None = None
+    """Why the latest dropped message was dropped."""
+    state_file: str | None = None
+    """Where the applied desired state is kept (None: it is not kept)."""
+    state_errors: int = 0
+    """Times the state file could not be read or written."""
+    last_state_error: str | None = None
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.refused.values())
+
+
+@dataclass(frozen=True, slots=True)
 class TelemetryStatus:
     """The whole feed: the broker connection and every node the fleet names or that spoke."""
 
@@ -74,6 +106,13 @@ class TelemetryStatus:
     """Messages on topics the subscriber did not ask for (amqtt may deliver some); unread."""
     overflowed: int = 0
     """Messages discarded unread because the subscriber fell behind (its queue is bounded)."""
+    drop_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Every payload dropped, by reason (they add up to :attr:`dropped`): ``not_bytes``,
+    ``oversized``, ``malformed``, ``wrong_node``, ``older_session``, ``repeated_seq``,
+    ``unknown_node``."""
+    control: ControlLinkStatus | None = None
+    """The control link's counters, where this router runs one (whoever serves this status
+    adds them: ``dataclasses.replace(subscriber.status(), control=link.status())``)."""
 
     @property
     def dropped(self) -> int:

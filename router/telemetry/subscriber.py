@@ -14,7 +14,15 @@ message arrives: ages never come from the agent's clock. Strategies read it at p
 3 periods), so no ``pool.changed`` is needed per sample.
 
 Per node it counts samples, gaps in ``seq`` within a session (lost samples) and new sessions
-(agent restarts), and reports it all as a :class:`~router.telemetry.status.TelemetryStatus`.
+(agent restarts), and reports it all as a :class:`~router.telemetry.status.TelemetryStatus`,
+drops counted by reason (:data:`DROP_REASONS`).
+
+Sessions are numbered by the agent's wall clock, so no single message may decide the session
+for good: a birth (``online``) always starts its session, even one numbered below the
+current (the agent's clock stepped back), and a lower session whose batches keep coming, in
+order, while the current one has sent nothing for 3 periods takes over (the current one was
+forged, or numbered by a clock set far ahead). An ``offline`` of an older session is still a
+late will, and ignored.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiomqtt
 
@@ -57,8 +65,20 @@ from router.telemetry.topics import Topics
 log = logging.getLogger(__name__)
 
 STALE_PERIODS = 3
-"""A node whose latest sample is older than this many of its periods is stale."""
+"""A node whose latest sample is older than this many of its periods is stale; a lower
+session takes over after this many batches in order while the current one is silent."""
 _ERRORS_KEPT = 10
+
+DROP_REASONS = (
+    "not_bytes",
+    "oversized",
+    "malformed",
+    "wrong_node",
+    "older_session",
+    "repeated_seq",
+    "unknown_node",
+)
+"""Why a payload was dropped (``TelemetryStatus.drop_reasons``)."""
 
 
 @dataclass(slots=True)
@@ -82,17 +102,25 @@ class _Node:
     inventory: tuple[GpuInventory, ...] = ()
     agent_version: str | None = None
     driver: str | None = None
+    drops: dict[str, int] = field(default_factory=dict)
+    challenger: int | None = None
+    """A session below the current one that keeps sending (see the module docstring)."""
+    challenger_seq: int = -1
+    challenger_run: int = 0
 
-    def drop(self, reason: str) -> None:
+    def drop(self, reason: str, detail: str) -> None:
+        """Count a dropped payload under ``reason`` (one of DROP_REASONS)."""
         self.dropped += 1
-        self.last_error = reason
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+        self.last_error = detail
 
     def new_session(self, session: int) -> None:
-        """A session newer than any seen: the agent (re)connected."""
+        """The agent (re)connected, or a session took over."""
         if self.session is not None:
             self.restarts += 1
         self.session = session
         self.last_seq = None
+        self.challenger = None
 
 
 class TelemetrySubscriber:
@@ -196,30 +224,33 @@ class TelemetrySubscriber:
             self._unknown += 1
             return
         if not isinstance(payload, bytes | bytearray):
-            node.drop(f"{kind}: payload is not bytes")
+            node.drop("not_bytes", f"{kind}: payload is not bytes")
             return
         if len(payload) > self.max_payload_bytes:
-            node.drop(f"{kind}: {len(payload)} bytes, over {self.max_payload_bytes}")
+            node.drop("oversized", f"{kind}: {len(payload)} bytes, over {self.max_payload_bytes}")
             return
         try:
             decoded = decode_gpus(payload) if kind == "gpus" else decode_status(payload)
         except PayloadError as exc:
-            node.drop(f"{kind}: {exc.reason}")
+            node.drop("malformed", f"{kind}: {exc.reason}")
             return
         if decoded.node != name:
-            node.drop(f"{kind}: payload names node {decoded.node!r}, topic {name!r}")
+            node.drop("wrong_node", f"{kind}: payload names node {decoded.node!r}, topic {name!r}")
         elif isinstance(decoded, GpuBatch):
             self._apply_gpus(node, decoded)
         else:
             self._apply_status(node, decoded)
 
     def _apply_status(self, node: _Node, status: NodeStatus) -> None:
-        if node.session is not None and status.session < node.session:
-            return  # the will or birth of an older session, e.g. a connection that lingered
-        if node.session is None or status.session > node.session:
+        online = status.state == "online"
+        if node.session is not None and status.session < node.session and not online:
+            return  # the will of an older session, e.g. a connection that lingered
+        if status.session != node.session:
+            # A birth starts its session even below the current one: the agent's clock
+            # stepped back, or a forged number held the place.
             node.new_session(status.session)
         node.status_session = status.session
-        node.online = status.state == "online"
+        node.online = online
         node.period_s = status.sample_period_s
         node.inventory = status.gpus
         node.agent_version = status.agent_version
@@ -229,13 +260,16 @@ class TelemetrySubscriber:
 
     def _apply_gpus(self, node: _Node, batch: GpuBatch) -> None:
         if node.session is not None and batch.session < node.session:
-            node.drop(f"gpus: session {batch.session} is older than {node.session}")
-            return
-        if node.session is None or batch.session > node.session:
+            if not self._takes_over(node, batch):
+                detail = f"gpus: session {batch.session} is older than {node.session}"
+                node.drop("older_session", detail)
+                return
+            node.new_session(batch.session)
+        elif node.session is None or batch.session > node.session:
             node.new_session(batch.session)
         elif node.last_seq is not None:
             if batch.seq <= node.last_seq:
-                node.drop(f"gpus: seq {batch.seq} after {node.last_seq}")
+                node.drop("repeated_seq", f"gpus: seq {batch.seq} after {node.last_seq}")
                 return
             node.lost += batch.seq - node.last_seq - 1
         now = self.clock()
@@ -244,12 +278,25 @@ class TelemetrySubscriber:
         node.samples += 1
         node.period_s = batch.period_s
         node.gpus = batch.gpus
-        if node.status_session is None or batch.session > node.status_session:
-            node.online = True  # data of a session newer than the last status: it is up
+        if node.status_session is None or batch.session != node.status_session:
+            node.online = True  # data of another session than the last status: it is up
         by_index = {g.index: g for g in batch.gpus}
         for replica, indexes in node.replicas:
             replica.node_online = node.online
             _feed(replica, [by_index.get(i) for i in indexes], now)
+
+    def _takes_over(self, node: _Node, batch: GpuBatch) -> bool:
+        """Whether a batch of a session below the current one takes over: its session has
+        sent STALE_PERIODS batches in order while the current one sent nothing for as many
+        of the challenger's periods."""
+        if node.challenger == batch.session and batch.seq > node.challenger_seq:
+            node.challenger_run += 1
+        else:
+            node.challenger, node.challenger_run = batch.session, 1
+        node.challenger_seq = batch.seq
+        quiet_s = None if node.received_at is None else self.clock() - node.received_at
+        silent = quiet_s is None or quiet_s > STALE_PERIODS * batch.period_s
+        return silent and node.challenger_run >= STALE_PERIODS
 
     # ---- the view --------------------------------------------------------------------------
 
@@ -265,7 +312,16 @@ class TelemetrySubscriber:
             errors=tuple(self._errors),
             ignored=self._ignored,
             overflowed=self._overflow.count,
+            drop_reasons=self._drop_reasons(),
         )
+
+    def _drop_reasons(self) -> dict[str, int]:
+        reasons = dict.fromkeys(DROP_REASONS, 0)
+        for node in self._nodes.values():
+            for reason, count in node.drops.items():
+                reasons[reason] += count
+        reasons["unknown_node"] += self._unknown
+        return reasons
 
 
 class _OverflowCounter(logging.Filter):
