@@ -67,16 +67,32 @@ def _chat_chars(data: dict[str, Any]) -> int:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad_request(f"messages[{i}] must be an object with a `role`", "messages")
-        total += _content_chars(m.get("content"))
+        total += _content_chars(m.get("content"), i)
     return total
 
 
-def _content_chars(content: object) -> int:
+def _content_chars(content: object, i: int) -> int:
+    """The characters of a message's text: its ``content`` string, or its text parts'."""
+    if content is None:  # an assistant turn that only calls tools
+        return 0
     if isinstance(content, str):
         return len(content)
-    if isinstance(content, list):  # content parts: count the text ones
-        return sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-    return 0
+    if not isinstance(content, list):
+        raise bad_request(
+            f"messages[{i}].content must be a string or a list of content parts", "messages"
+        )
+    total = 0
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise bad_request(
+                f"messages[{i}].content[{j}] must be an object with a `type`", "messages"
+            )
+        text = part.get("text")
+        if part["type"] == "text" and not isinstance(text, str):
+            raise bad_request(f"messages[{i}].content[{j}].text must be a string", "messages")
+        if isinstance(text, str):
+            total += len(text)
+    return total
 
 
 def _prompt_chars(data: dict[str, Any]) -> int:
