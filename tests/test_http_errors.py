@@ -159,3 +159,33 @@ async def _until(condition: Any, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.002)
 
     await asyncio.wait_for(wait(), timeout)
+
+
+@pytest.mark.parametrize(
+    "rid",
+    # 4,000 characters: well below any limit on a header's size, so this check answers.
+    ["x" * 129, "x" * 4000, "two words", "tab\there", "caf\u00e9"],
+    ids=["129", "4000", "space", "tab", "latin-1"],
+)
+async def test_a_request_id_too_long_or_of_other_characters_is_400_and_not_forwarded(
+    rid: str,
+) -> None:
+    async with routed(ONE) as (server, _):
+        async with httpx.AsyncClient(timeout=10) as client:
+            response = await client.post(
+                server.front_url + "/v1/chat/completions",
+                json=CHAT,
+                headers=[(b"x-request-id", rid.encode("latin-1"))],
+            )
+        error = assert_openai_error(response, 400, "invalid_request_id")
+        assert error["param"] == "X-Request-ID"
+        assert "x-request-id" not in response.headers  # not echoed either
+        assert not server.core.outcomes  # never reached the core, nor a replica
+
+
+async def test_a_request_id_of_128_printable_characters_is_taken() -> None:
+    rid = "r" * 100 + "-_.:/+=@!~" + "9" * 18
+    async with routed(ONE) as (server, _):
+        response = await post(server, CHAT, headers={"X-Request-ID": rid})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-request-id"] == rid

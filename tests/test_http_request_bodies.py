@@ -140,6 +140,9 @@ HEADERS = st.fixed_dictionaries(
             st.sampled_from(["high", "low", "2"]), st.text("abc012", min_size=1, max_size=5)
         ),
         "X-Session-ID": st.text("abcxyz-_0189", min_size=1, max_size=12),
+        "X-Request-ID": st.text(
+            st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=160
+        ),
     },
 )
 

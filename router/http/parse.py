@@ -4,10 +4,12 @@ The body is parsed once (orjson) and forwarded upstream as the same bytes. The r
 the model, a prompt-size estimate, ``max_tokens``, whether to stream, the priority and an
 affinity key; priority and affinity may also come in headers (``X-Priority``,
 ``X-Session-ID``). Every problem is an :class:`~router.http.errors.HttpError` with status 400.
+A client's ``X-Request-ID`` is checked here too (:func:`request_id`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,10 @@ from router.request import Priority
 CHARS_PER_TOKEN = 4
 """Prompt tokens are estimated, not counted: a tokenizer per model is too slow for the hot
 path, and the estimate only orders requests by size."""
+MAX_REQUEST_ID = 128
+"""Longest ``X-Request-ID`` taken: a UUID is 36 characters, a trace id 32 or 64."""
+_REQUEST_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID}}}\Z")
+"""Printable ASCII, no spaces: the id is sent upstream, echoed, logged and shown in tables."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,25 @@ def parse_request(
         priority=_priority(data, headers),
         affinity_key=_affinity(data, headers),
     )
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    """The client's ``X-Request-ID``; None when it sent none (or an empty one). A longer one
+    than MAX_REQUEST_ID or one with spaces, control or non-ASCII characters is refused (400),
+    not forwarded: the replica's own header limit would refuse it later, and every log line
+    would carry it."""
+    rid = headers.get("x-request-id")
+    if not rid:
+        return None
+    if _REQUEST_ID.match(rid) is None:
+        raise HttpError(
+            400,
+            f"X-Request-ID must be 1 to {MAX_REQUEST_ID} printable ASCII characters without "
+            f"spaces; got {len(rid)} characters",
+            param="X-Request-ID",
+            code="invalid_request_id",
+        )
+    return rid
 
 
 def _chat_chars(data: dict[str, Any]) -> int:

@@ -58,7 +58,7 @@ from router.http.errors import (
     queue_full,
     upstream_failed,
 )
-from router.http.parse import parse_request
+from router.http.parse import parse_request, request_id
 from router.http.served_models import ServedModels
 from router.http.upstream import failure_reason
 from router.replica import ReplicaState
@@ -127,7 +127,11 @@ class Proxy:
     async def handle(self, kind: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ``/v1/completions`` (``completion``) or ``/v1/chat/completions`` (``chat``)."""
         headers = header_map(scope, _HEADERS)
-        rid = headers.get("x-request-id") or f"gr-{self._prefix}-{next(self._ids)}"
+        try:
+            rid = request_id(headers) or f"gr-{self._prefix}-{next(self._ids)}"
+        except HttpError as exc:
+            await send_error(send, exc)  # not echoed: it is what was wrong
+            return
         echo = [(b"x-request-id", rid.encode("latin-1"))]
         try:
             body = await read_body(receive, headers, self.limit)
