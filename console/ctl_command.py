@@ -126,13 +126,13 @@ def _add_commands(sub: Any, connection: argparse.ArgumentParser) -> None:
         "weight", parents=[as_json], help="pin a replica's weight, or release it"
     )
     weight.add_argument("replica", metavar="REPLICA")
-    weight.add_argument("value", nargs="?", type=_positive(float), metavar="W")
+    weight.add_argument("value", nargs="?", type=_weight, metavar="W")
     weight.add_argument("--release", action="store_true", help="back to the static/adaptive weight")
     batch = sub.add_parser(
         "batch", parents=[as_json], help="pin a replica's batch size, or release it"
     )
     batch.add_argument("replica", metavar="REPLICA")
-    batch.add_argument("value", nargs="?", type=_at_least(1), metavar="N")
+    batch.add_argument("value", nargs="?", type=_batch_size, metavar="N")
     batch.add_argument("--release", action="store_true", help="back to the configured batch size")
     for name, help_text in REPLICA_COMMANDS.items():
         sub.add_parser(name, parents=[as_json], help=help_text).add_argument(
@@ -292,6 +292,27 @@ def _at_least(low: int) -> Any:
         return value
 
     return parse
+
+
+def _weight(text: str) -> float:
+    """A weight in its range (router/operator_values.py), refused before anything is sent."""
+    from router.operator_values import weight_problem
+
+    value: float = _positive(float)(text)
+    problem = weight_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def _batch_size(text: str) -> int:
+    from router.operator_values import batch_size_problem
+
+    value: int = _at_least(1)(text)
+    problem = batch_size_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def _param(text: str) -> tuple[str, Any]:

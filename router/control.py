@@ -2,7 +2,9 @@
 
 The console, ``gpurouter ctl``, the admin HTTP API and the MQTT control topic are thin adapters
 that build a :data:`Command` (``parse_command`` turns a JSON-like mapping into one) and call
-:meth:`ControlSurface.apply`. Each application is validated, applied to the core, written to the
+:meth:`ControlSurface.apply`. A weight or batch size outside its range
+(router/operator_values.py), or a NaN or infinity anywhere in a command, is refused by both,
+whichever built the command. Each application is validated, applied to the core, written to the
 audit trail with who and when, and published to subscribers as an :class:`Event`; replica
 state changes the core makes on its own (a drain finishing, the health monitor's ejections and
 readmissions, each with its reason), panic mode beginning and ending, and every setting the
@@ -26,6 +28,7 @@ from typing import Any
 from router.adaptive import TunerChange
 from router.core import CoreListener, RouterCore
 from router.errors import ControlError
+from router.operator_values import batch_size_problem, non_finite, weight_problem
 from router.replica import Replica, ReplicaState
 
 
@@ -158,7 +161,23 @@ def parse_command(data: Mapping[str, Any]) -> Command:
         raise ControlError(f"{name}: {exc}".replace(f"{cls.__name__}.__init__() ", "")) from None
     if isinstance(command, SetStrategy):
         command = SetStrategy(command.name, MappingProxyType(dict(command.params)))
+    check_values(command)
     return command
+
+
+def check_values(command: Command) -> None:
+    """ControlError for a value no operator means: a weight or batch size outside its range
+    (router/operator_values.py), or a NaN or infinity in a strategy's parameters."""
+    problem: str | None = None
+    match command:
+        case SetWeight(_, weight) if weight is not None:
+            problem = weight_problem(weight)
+        case SetBatchSize(_, size) if size is not None:
+            problem = batch_size_problem(size)
+        case SetStrategy(name, params) if non_finite(params):
+            problem = f"strategy {name}: parameters must be finite numbers, not NaN or infinity"
+    if problem is not None:
+        raise ControlError(problem)
 
 
 _NUMBER = (int, float)
@@ -260,6 +279,7 @@ class ControlSurface(CoreListener):
 
     def _run(self, command: Command, reason: str) -> str:
         """Apply to the core; ``reason`` (``by alice``) is what a replica's state change says."""
+        check_values(command)  # a command built in code (the console) was not parsed
         core = self.core
         match command:
             case SetStrategy(name, params):

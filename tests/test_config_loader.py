@@ -313,6 +313,33 @@ def test_weight_must_be_positive(weight: str) -> None:
     assert_problem(text, 11, "nodes[0].replicas[0].weight", "> 0")
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("weight", "1.0e+308", ("from 1e-06 to 1e+06", "got 1e+308")),
+        ("weight", "0.000000001", ("from 1e-06 to 1e+06", "got 1e-09")),
+        ("weight", ".nan", ("expected a number",)),
+        ("weight", ".inf", ("expected a number",)),
+        ("batch_size", "1000000000", ("from 1 to 65536", "got 1000000000")),
+    ],
+)
+def test_absurd_weights_and_batch_sizes_are_refused_with_their_range(
+    key: str, value: str, words: tuple[str, ...]
+) -> None:
+    text = fleet_text(f"        {key}: {value}")
+    assert_problem(text, 11, f"nodes[0].replicas[0].{key}", *words)
+
+
+def test_the_batch_tuners_largest_size_is_bounded() -> None:
+    text = fleet_text("router:", "  adaptive:", "    batch_bounds: [1, 1000000]")
+    assert_problem(text, 13, "router.adaptive.batch_bounds", "largest must be <= 65536")
+
+
+def test_the_widest_weights_and_batch_sizes_load() -> None:
+    fleet = parse_fleet(fleet_text("        weight: 1000000", "        batch_size: 65536"), FILE)
+    assert (fleet.replicas[0].weight, fleet.replicas[0].batch_size) == (1e6, 65536)
+
+
 def test_batch_size_must_be_at_least_one() -> None:
     assert_problem(
         fleet_text("        batch_size: 0"), 11, "nodes[0].replicas[0].batch_size", ">= 1"

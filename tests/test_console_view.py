@@ -340,6 +340,12 @@ def test_value_dialog_parses_numbers_and_empty_means_release() -> None:
     assert parse_value("0", integer=True) == "must be at least 1"
     assert parse_value("-1", integer=False) == "must be a positive number"
     assert parse_value("x", integer=True) == "'x' is not a whole number"
+    assert parse_value("1e308", integer=False) == (
+        "weight must be a number from 1e-06 to 1e+06, not 1e+308"
+    )
+    assert parse_value("1000000000", integer=True) == (
+        "batch size must be a whole number from 1 to 65536, not 1000000000"
+    )
 
 
 # ---- a fleet with nothing behind its endpoints ---------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -62,8 +63,57 @@ def test_every_command_kind_parses_from_a_mapping() -> None:
 def test_malformed_commands_are_refused_with_a_clear_message(
     data: dict[str, object], message: str
 ) -> None:
-    with pytest.raises(ControlError, match=message):
+    with pytest.raises(ControlError, match=re.escape(message)):
         parse_command(data)
+
+
+ABSURD = [
+    ({"command": "weight", "replica": "r0", "weight": 1e308}, "from 1e-06 to 1e+06"),
+    ({"command": "weight", "replica": "r0", "weight": 1e-300}, "from 1e-06 to 1e+06"),
+    ({"command": "weight", "replica": "r0", "weight": float("nan")}, "from 1e-06 to 1e+06"),
+    ({"command": "weight", "replica": "r0", "weight": float("inf")}, "from 1e-06 to 1e+06"),
+    ({"command": "weight", "replica": "r0", "weight": 10**400}, "not 10000000000000000000... (401"),
+    ({"command": "batch", "replica": "r0", "size": 2**63}, "from 1 to 65536"),
+    ({"command": "batch", "replica": "r0", "size": 0}, "from 1 to 65536"),
+    (
+        {"command": "strategy", "name": "affinity", "params": {"balance": float("nan")}},
+        "finite numbers",
+    ),
+    (
+        {"command": "strategy", "name": "affinity", "params": {"x": [float("-inf")]}},
+        "finite numbers",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), ABSURD)
+def test_absurd_values_are_refused_when_parsed(data: dict[str, object], message: str) -> None:
+    """The admin API and the MQTT control topic read commands with parse_command."""
+    with pytest.raises(ControlError, match=re.escape(message)):
+        parse_command(data)
+
+
+@pytest.mark.parametrize(("data", "message"), ABSURD)
+def test_absurd_values_are_refused_when_applied_and_change_nothing(
+    data: dict[str, object], message: str
+) -> None:
+    """The console builds commands in code: the surface checks them itself."""
+    control, core, _ = surface()
+    name = data["command"]
+    args = {k: v for k, v in data.items() if k != "command"}
+    command = COMMANDS[str(name)](**args)  # type: ignore[arg-type]  # the point: unchecked
+    before = (core.replica("r0").weight, core.replica("r0").batch_size, core.strategy.name)
+    event = control.apply(command, actor="console")
+    assert not event.ok
+    assert message in event.message
+    assert (core.replica("r0").weight, core.replica("r0").batch_size, core.strategy.name) == before
+
+
+def test_the_widest_values_are_applied() -> None:
+    control, core, _ = surface()
+    assert control.apply(parse_command({"command": "weight", "replica": "r0", "weight": 1e6})).ok
+    assert control.apply(parse_command({"command": "batch", "replica": "r0", "size": 65536})).ok
+    assert (core.replica("r0").weight, core.replica("r0").batch_size) == (1e6, 65536)
 
 
 def test_an_applied_command_changes_the_core_and_is_audited() -> None:

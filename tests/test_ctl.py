@@ -427,7 +427,10 @@ async def test_weight_and_batch_need_exactly_one_of_a_value_or_release(
     [
         (["weight", "a", "-1"], "argument W: must be a positive number"),
         (["weight", "a", "inf"], "argument W: must be a positive number"),
+        (["weight", "a", "1e308"], "argument W: weight must be a number from 1e-06 to 1e+06"),
+        (["weight", "a", "1e-9"], "argument W: weight must be a number from 1e-06 to 1e+06"),
         (["batch", "a", "0"], "argument N: must be >= 1"),
+        (["batch", "a", "100000"], "argument N: batch size must be a whole number from 1 to"),
         (["batch", "a", "two"], "argument N: must be an integer"),
         (["strategy", "random", "--param", "novalue"], "expected K=V"),
         (["events", "--count", "0"], "must be >= 1"),

@@ -208,3 +208,24 @@ def test_routed_fleet_keeps_the_emulated_endpoints() -> None:
     fleet = routed_fleet(config, Fake(), retries=FAST_RETRY)  # type: ignore[arg-type]
     assert fleet.replicas[0].endpoint == "http://127.0.0.1:1234"
     assert fleet.router.retries == FAST_RETRY
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ({"command": "weight", "replica": "a", "weight": 1e308}, "from 1e-06 to 1e+06"),
+        ({"command": "batch", "replica": "a", "size": 10**12}, "from 1 to 65536"),
+    ],
+)
+async def test_an_absurd_weight_or_batch_size_is_400_and_changes_nothing(
+    command: dict[str, object], message: str
+) -> None:
+    async with routed(SPECS[:1]) as (server, _):
+        a = server.core.replica("a")
+        before = (a.weight, a.batch_size)
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            response = await admin.post("/admin/commands", json=command)
+        assert response.status_code == 400
+        assert message in response.json()["error"]["message"]
+        assert (a.weight, a.batch_size) == before
+        assert not server.control.audit

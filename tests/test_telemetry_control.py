@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator
 
 import aiomqtt
+import pytest
 
 from router.control import ControlSurface, Drain, SetStrategy, SetWeight, Undrain
 from router.core import RouterCore
@@ -175,3 +177,29 @@ def test_malformed_control_messages_are_refused_and_foreign_topics_ignored() -> 
     assert link.handle(TOPICS.gpus("h100-node"), b"{}") is None
     assert link.dropped == 4
     assert len(surface.audit) == 0
+
+
+@pytest.mark.parametrize(
+    ("slot", "command", "message"),
+    [
+        ("weight/h100-0", {"command": "weight", "replica": "h100-0", "weight": 1e308}, "1e+06"),
+        ("weight/h100-0", {"command": "weight", "replica": "h100-0", "weight": math.nan}, "1e+06"),
+        ("weight/h100-0", {"command": "weight", "replica": "h100-0", "weight": math.inf}, "1e+06"),
+        ("batch/h100-0", {"command": "batch", "replica": "h100-0", "size": 2**63}, "65536"),
+    ],
+)
+def test_a_control_message_with_an_absurd_value_is_dropped_and_counted(
+    slot: str, command: dict[str, object], message: str
+) -> None:
+    """JSON from the broker may hold NaN and Infinity (Python's json reads them)."""
+    link, surface = router("mqtt://127.0.0.1:1", "ra")
+    before = surface.core.replica("h100-0").weight, surface.core.replica("h100-0").batch_size
+    body = {"v": 1, "version": 1, "origin": "bob", "ts": 1.0, "command": command}
+    ack = link.handle(TOPICS.desired(slot), json.dumps(body).encode())
+    assert ack is not None
+    assert not ack.ok
+    assert message in ack.message
+    assert link.dropped == 1
+    assert len(surface.audit) == 0
+    after = surface.core.replica("h100-0").weight, surface.core.replica("h100-0").batch_size
+    assert after == before

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from router.operator_values import batch_size_problem, weight_problem
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -30,7 +32,8 @@ def parse_value(text: str, integer: bool) -> Answer | str:
         return f"{text!r} is not {kind}"
     if (integer and value < 1) or (not integer and not 0 < value < float("inf")):
         return "must be at least 1" if integer else "must be a positive number"
-    return Answer(value)
+    problem = batch_size_problem(value) if integer else weight_problem(value)
+    return Answer(value) if problem is None else problem
 
 
 class ValueScreen(ModalScreen[Answer | None]):

@@ -47,6 +47,7 @@ from router.config.schema import (
     TimeoutConfig,
 )
 from router.errors import ConfigError, ControlError, Problem
+from router.operator_values import MAX_BATCH_SIZE, MAX_WEIGHT, MIN_WEIGHT
 from router.perf.profiles import ProfileCatalog, UnknownProfileError, load_catalog
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
@@ -76,6 +77,19 @@ def _at_least(low: float) -> Rule:
 
 def _percent(v: float) -> str | None:
     return None if 0 <= v <= 100 else f"must be between 0 and 100, got {v!r}"
+
+
+def _within(low: float, high: float) -> Rule:
+    return lambda v: None if low <= v <= high else f"must be from {low:g} to {high:g}, got {v!r}"
+
+
+def _both(first: Rule, second: Rule) -> Rule:
+    """The first rule's problem, else the second's."""
+    return lambda v: first(v) or second(v)
+
+
+def _largest_at_most(high: int) -> Rule:
+    return lambda v: None if v[1] <= high else f"the largest must be <= {high}, got {v[1]!r}"
 
 
 def _bounds(low_limit: float, strict: bool) -> Rule:
@@ -164,8 +178,8 @@ _RULES: dict[tuple[type, str], Rule] = {
     (ReplicaConfig, "endpoint"): _url(("http", "https"), "http://10.0.0.5:8000"),
     (ReplicaConfig, "model"): _not_empty,
     (ReplicaConfig, "gpus"): _not_empty,
-    (ReplicaConfig, "weight"): _above(0),
-    (ReplicaConfig, "batch_size"): _at_least(1),
+    (ReplicaConfig, "weight"): _both(_above(0), _within(MIN_WEIGHT, MAX_WEIGHT)),
+    (ReplicaConfig, "batch_size"): _both(_at_least(1), _within(1, MAX_BATCH_SIZE)),
     (ReplicaConfig, "tier"): _name,
     (ReplicaConfig, "max_context_tokens"): _at_least(1),
     (ReplicaConfig, "kv_capacity_tokens"): _at_least(1),
@@ -187,7 +201,9 @@ _RULES: dict[tuple[type, str], Rule] = {
     (AdaptiveConfig, "ttft_target_s"): _above(0),
     (AdaptiveConfig, "decrease"): lambda v: None if 0 < v < 1 else "must be in (0, 1)",
     (AdaptiveConfig, "hysteresis"): _at_least(2),
-    (AdaptiveConfig, "batch_bounds"): _bounds(1, strict=False),
+    (AdaptiveConfig, "batch_bounds"): _both(
+        _bounds(1, strict=False), _largest_at_most(MAX_BATCH_SIZE)
+    ),
     (RouterConfig, "decision_log_size"): _at_least(0),
     (BrokerConfig, "url"): _broker_url,
     (BrokerConfig, "username"): _not_empty,

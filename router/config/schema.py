@@ -49,9 +49,9 @@ class ReplicaConfig:
     gpu_model: str
     """GPU model of those GPUs (derived; they must all be of one model)."""
     weight: float = 1.0
-    """Static weight, relative to the other replicas; must be > 0."""
+    """Static weight, relative to the other replicas; from 0.000001 to 1000000."""
     batch_size: int = 32
-    """Most requests the router sends the replica at once; must be >= 1."""
+    """Most requests the router sends the replica at once; from 1 to 65536."""
     tier: str = "standard"
     """Tier name used by the tiered strategy, for example ``strong`` or ``standard``."""
     tags: tuple[str, ...] = ()
@@ -160,7 +160,7 @@ class AdaptiveConfig:
     """Consecutive intervals a signal must hold before the batch size moves (at least 2:
     never on a single reading)."""
     batch_bounds: tuple[int, int] = (1, 512)
-    """Smallest and largest batch size the tuner sets."""
+    """Smallest and largest batch size the tuner sets (the largest at most 65536)."""
 
 
 @dataclass(frozen=True, slots=True)
