@@ -34,12 +34,18 @@ class LocalRouter:
         admin_listen: str | None = None,
     ) -> None:
         # Imported here: uvicorn and aiomqtt are not needed to build the CLI parser.
+        from router.http.admin import admin_token
         from router.http.server import RouterServer
 
         self.fleet = fleet
         self.want_telemetry = telemetry
         self.server: RouterServer = RouterServer(
-            fleet, listen=listen, admin_listen=admin_listen, telemetry=self.telemetry
+            fleet,
+            listen=listen,
+            admin_listen=admin_listen,
+            # Read first: an unset variable is its own error, whatever the address.
+            admin_token=admin_token(fleet),
+            telemetry=self.telemetry,
         )
         self.broker: EmbeddedBroker | None = None
         self.subscriber: TelemetrySubscriber | None = None

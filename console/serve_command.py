@@ -28,12 +28,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: uvicorn, aiohttp and prometheus-client are not needed to build the parser.
     from router.config import load_fleet
+    from router.http.admin import admin_token
     from router.http.server import RouterServer
 
     try:
         check_listen_options(args)
         fleet = load_fleet(args.config)
-        server = RouterServer(fleet, listen=args.listen, admin_listen=admin_address(args, fleet))
+        server = RouterServer(
+            fleet,
+            listen=args.listen,
+            admin_listen=admin_address(args, fleet),
+            # Read first: an unset variable is its own error, whatever the address.
+            admin_token=admin_token(fleet),
+        )
     except (GpuRouterError, ValueError) as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2

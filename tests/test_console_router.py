@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 
 from console import console_command
 from console.app import ConsoleApp
@@ -61,6 +62,26 @@ def test_cli_names_a_bad_key_binding_and_starts_nothing(tmp_path: Path) -> None:
     args = parser.parse_args(["--config", str(path), "--no-telemetry"])
     assert console_command.run(args, io.StringIO(), err) == 2
     assert "console.keys.drian: no such action" in err.getvalue()
+
+
+def test_cli_refuses_a_token_variable_that_is_not_set_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "cluster: c\nmodel: m\nnodes:\n  - name: n\n    gpus: [{index: 0, model: L4, "
+        "memory_gib: 24}]\n    replicas: [{id: a, endpoint: 'http://127.0.0.1:1', gpus: [0]}]\n"
+        "server: {admin_listen: '127.0.0.1:0', admin_token_env: GPUROUTER_UNSET_TOKEN}\n"
+    )
+    monkeypatch.delenv("GPUROUTER_UNSET_TOKEN", raising=False)
+    err = io.StringIO()
+    parser = argparse.ArgumentParser()
+    console_command.add_arguments(parser)
+    args = parser.parse_args(["--config", str(path), "--no-telemetry"])
+    assert console_command.run(args, io.StringIO(), err) == 2
+    assert "server.admin_token_env: names the environment variable GPUROUTER_UNSET_TOKEN" in (
+        err.getvalue()
+    )
 
 
 def closed_port() -> int:

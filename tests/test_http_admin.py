@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import httpx
@@ -58,7 +59,9 @@ async def test_state_commands_events_and_decisions() -> None:
                 "/admin/commands", json={"command": "undrain", "replica": "a"}
             )
             unreadable = await admin.post("/admin/commands", json={"command": "fly"})
-            not_json = await admin.post("/admin/commands", content=b"{")
+            not_json = await admin.post(
+                "/admin/commands", content=b"{", headers={"Content-Type": "application/json"}
+            )
             async with httpx.AsyncClient() as front:
                 body = {"model": emu.config.model, "prompt": "hi", "max_tokens": 2}
                 await front.post(server.front_url + "/v1/completions", json=body)
@@ -229,3 +232,151 @@ async def test_an_absurd_weight_or_batch_size_is_400_and_changes_nothing(
         assert message in response.json()["error"]["message"]
         assert (a.weight, a.batch_size) == before
         assert not server.control.audit
+
+
+# ---- what a browser could forge -----------------------------------------------------------
+
+DRAIN_A = b'{"command": "drain", "replica": "a"}'
+
+
+def _port(server: RouterServer) -> int:
+    return int(server.admin_url.rsplit(":", 1)[1])
+
+
+async def _post_drain(server: RouterServer, headers: dict[str, str]) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+        return await admin.post("/admin/commands", content=DRAIN_A, headers=headers)
+
+
+def _error(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"] == code
+    return str(error["message"])
+
+
+async def test_a_command_a_web_page_could_forge_is_refused_and_changes_nothing() -> None:
+    """The case found: no token, text/plain, a foreign Origin and Host (a DNS-rebound page)."""
+    async with routed(SPECS[:1]) as (server, _):
+        forged = {
+            "Content-Type": "text/plain",
+            "Origin": "http://evil.example",
+            "Host": "evil.example",
+        }
+        message = _error(await _post_drain(server, forged), 403, "forbidden_host")
+        assert "'evil.example'" in message
+        assert f"127.0.0.1:{_port(server)}" in message
+        assert server.core.replica("a").state is ReplicaState.ACTIVE
+        assert not server.control.audit
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded"],
+)
+async def test_a_command_not_declared_json_is_415(content_type: str | None) -> None:
+    async with routed(SPECS[:1]) as (server, _):
+        headers = {} if content_type is None else {"Content-Type": content_type}
+        message = _error(await _post_drain(server, headers), 415, "unsupported_media_type")
+        assert "application/json" in message
+        assert server.core.replica("a").state is ReplicaState.ACTIVE
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON"])
+async def test_json_with_parameters_or_in_another_case_is_taken(content_type: str) -> None:
+    async with routed(SPECS[:1]) as (server, _):
+        response = await _post_drain(server, {"Content-Type": content_type})
+        assert response.status_code == 200, response.text
+        assert server.core.replica("a").state is not ReplicaState.ACTIVE
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "code"),
+    [
+        ("evil.example", None, "forbidden_host"),
+        ("evil.example:{port}", None, "forbidden_host"),
+        ("127.0.0.1:{other}", None, "forbidden_host"),
+        ("127.0.0.1", None, "forbidden_host"),  # port 80, not the listener's
+        ("localhost.evil.example:{port}", None, "forbidden_host"),
+        ("127.0.0.1:{port}", "http://evil.example", "forbidden_origin"),
+        ("127.0.0.1:{port}", "http://127.0.0.1:{other}", "forbidden_origin"),
+        ("127.0.0.1:{port}", "https://127.0.0.1:{port}", "forbidden_origin"),
+        ("127.0.0.1:{port}", "null", "forbidden_origin"),
+    ],
+)
+async def test_on_loopback_a_foreign_host_or_origin_is_403_on_every_route(
+    host: str, origin: str | None, code: str
+) -> None:
+    async with routed(SPECS[:1]) as (server, _):
+        port = _port(server)
+        values = {"port": port, "other": port + 1 if port < 65535 else port - 1}
+        headers = {"Host": host.format(**values), "Content-Type": "application/json"}
+        if origin is not None:
+            headers["Origin"] = origin.format(**values)
+        _error(await _post_drain(server, headers), 403, code)
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            state = await admin.get("/admin/state", headers=headers)
+        _error(state, 403, code)  # reading the state is refused too: it is not the page's
+        assert server.core.replica("a").state is ReplicaState.ACTIVE
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [
+        ("127.0.0.1:{port}", None),
+        ("localhost:{port}", None),
+        ("LOCALHOST:{port}", "http://localhost:{port}"),
+        ("[::1]:{port}", "http://[::1]:{port}"),
+        ("127.0.0.2:{port}", "http://127.0.0.1:{port}"),
+    ],
+)
+async def test_on_loopback_a_loopback_host_with_the_listeners_port_is_taken(
+    host: str, origin: str | None
+) -> None:
+    async with routed(SPECS[:1]) as (server, _):
+        port = _port(server)
+        headers = {"Host": host.format(port=port), "Content-Type": "application/json"}
+        if origin is not None:
+            headers["Origin"] = origin.format(port=port)
+        response = await _post_drain(server, headers)
+        assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer", "bEaReR"])
+async def test_the_bearer_scheme_is_read_in_any_case(scheme: str) -> None:
+    async with routed(SPECS[:1], admin_token=TOKEN) as (server, _):
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            ok = await admin.get("/admin/state", headers={"Authorization": f"{scheme} {TOKEN}"})
+            basic = await admin.get("/admin/state", headers={"Authorization": f"Basic {TOKEN}"})
+            bare = await admin.get("/admin/state", headers={"Authorization": TOKEN})
+        assert ok.status_code == 200, ok.text
+        assert basic.status_code == 403
+        assert bare.status_code == 403
+
+
+async def test_a_token_variable_that_is_not_set_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Set, the variable's token is required; not set (or empty), nothing starts."""
+    fleet = fleet_config(Spec("a"))
+    fleet = dataclasses.replace(
+        fleet, server=dataclasses.replace(fleet.server, admin_token_env="GPUROUTER_TEST_TOKEN")
+    )
+    monkeypatch.delenv("GPUROUTER_TEST_TOKEN", raising=False)
+    for value in (None, ""):
+        if value is not None:
+            monkeypatch.setenv("GPUROUTER_TEST_TOKEN", value)
+        with pytest.raises(ConfigError, match=r"server\.admin_token_env: names the environment "):
+            RouterServer(fleet, listen="127.0.0.1:0", admin_listen="127.0.0.1:0")
+    monkeypatch.setenv("GPUROUTER_TEST_TOKEN", TOKEN)
+    server = RouterServer(fleet, listen="127.0.0.1:0", admin_listen="127.0.0.1:0")
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            missing = await admin.get("/admin/state")
+            right = await admin.get("/admin/state", headers={"Authorization": f"Bearer {TOKEN}"})
+    finally:
+        await server.stop(grace_s=0)
+    assert missing.status_code == 401
+    assert right.status_code == 200

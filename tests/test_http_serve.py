@@ -149,3 +149,29 @@ async def test_with_1024_files_a_client_is_served_past_1000_idle_sockets(tmp_pat
                 writer.close()
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)
+
+
+def test_a_token_variable_that_is_not_set_exits_2_and_says_which(tmp_path: Path) -> None:
+    """Whatever the admin address: loopback, or not (where no token is its own error)."""
+    for admin in ("127.0.0.1:0", "0.0.0.0:0"):
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(
+            f"""model: {MODEL}
+nodes:
+  - name: node-0
+    gpus: [{{index: 0, model: A100-80GB, memory_gib: 80}}]
+    replicas: [{{id: a, endpoint: "http://127.0.0.1:9", gpus: [0]}}]
+server: {{listen: "127.0.0.1:0", admin_listen: "{admin}", admin_token_env: GPUROUTER_UNSET_TOKEN}}
+"""
+        )
+        env = {k: v for k, v in os.environ.items() if k != "GPUROUTER_UNSET_TOKEN"}
+        done = subprocess.run(
+            [sys.executable, "-m", "console.cli", "serve", "--config", str(fleet)],
+            capture_output=True, text=True, timeout=30, env={**env, "PYTHONPATH": os.getcwd()},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"gpurouter serve: {fleet}: server.admin_token_env: names the environment variable "
+            "GPUROUTER_UNSET_TOKEN, which is not set (or is empty); set it to the admin API's "
+            "token, or remove server.admin_token_env\n"
+        )

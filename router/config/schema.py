@@ -289,7 +289,8 @@ class ServerConfig:
     admin_listen: str = "127.0.0.1:8001"
     """``host:port`` of the admin API; a non-loopback address needs ``admin_token_env``."""
     admin_token_env: str | None = None
-    """Name of the environment variable that holds the admin bearer token (never the token)."""
+    """Name of the environment variable that holds the admin bearer token (never the token);
+    the router refuses to start (exit 2) when that variable is not set or is empty."""
     max_body_bytes: int = 4194304
     """Largest request body accepted; larger ones get HTTP 413."""
     shutdown_grace_s: float = 30.0

@@ -10,9 +10,15 @@
   events as SSE, or as JSON lines with ``?format=jsonl``.
 - ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
 
-When a token is set every request needs ``Authorization: Bearer <token>``: none answers 401,
-a wrong one 403 (compared in constant time). The actor recorded in the audit trail is the
+When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
+case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
+``server.admin_token_env`` names a variable that is not set is a configuration error: the
+admin API is never served open by mistake. The actor recorded in the audit trail is the
 ``X-Actor`` header, or ``admin``.
+
+What a browser could forge is refused before anything else (router/http/browser_guard.py):
+on loopback, a ``Host`` or ``Origin`` that names another host or port answers 403; a command
+whose ``Content-Type`` is not ``application/json`` answers 415.
 """
 
 from __future__ import annotations
@@ -20,15 +26,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
 
+from router.config.schema import FleetConfig
 from router.control import ControlSurface, Event, parse_command
 from router.core import RouterCore
-from router.errors import ControlError
+from router.errors import ConfigError, ControlError, Problem
 from router.http.asgi import (
     ClientGoneError,
     Receive,
@@ -39,11 +47,12 @@ from router.http.asgi import (
     send_error,
     send_json,
 )
+from router.http.browser_guard import foreign_host, unsupported_media
 from router.http.errors import HttpError, bad_request
 from router.http.health import HealthMonitor
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["AdminApi"]
+__all__ = ["AdminApi", "admin_token"]
 
 MAX_COMMAND_BYTES = 65536
 
@@ -60,13 +69,17 @@ class AdminApi:
         engine_metrics: Callable[[], dict[str, Any]] | None = None,
         served_models: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        """``token``: the bearer token; when None, the one ``server.admin_token_env`` names, if
+        it names one (ConfigError when that variable is not set)."""
         self.core = core
         self.control = control
         self.health = health
         self.telemetry = telemetry
         self.engine_metrics = engine_metrics
         self.served_models = served_models
-        self._token = None if token is None else f"Bearer {token}".encode()
+        if token is None:
+            token = admin_token(core.fleet)
+        self._token = None if token is None else token.encode()
         self._followers: set[asyncio.Queue[Event | None]] = set()
 
     def close_streams(self) -> None:
@@ -78,6 +91,10 @@ class AdminApi:
         if scope["type"] != "http":
             return
         headers = header_map(scope)
+        forged = foreign_host(scope, headers)
+        if forged is not None:
+            await send_error(send, forged)
+            return
         refusal = self._refusal(headers)
         if refusal is not None:
             await send_error(send, refusal, [(b"www-authenticate", b"Bearer")])
@@ -115,7 +132,10 @@ class AdminApi:
             return HttpError(
                 401, "a bearer token is required", "authentication_error", code="unauthorized"
             )
-        if not hmac.compare_digest(given.encode("latin-1"), self._token):
+        # RFC 9110: the scheme is case-insensitive (``bearer x`` is ``Bearer x``).
+        scheme, _, credentials = given.strip().partition(" ")
+        right = hmac.compare_digest(credentials.strip().encode("latin-1"), self._token)
+        if scheme.lower() != "bearer" or not right:
             return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
         return None
 
@@ -133,6 +153,9 @@ class AdminApi:
         return data
 
     async def _command(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        media = unsupported_media(headers)
+        if media is not None:
+            raise media
         body = await read_body(receive, headers, MAX_COMMAND_BYTES)
         try:
             data = orjson.loads(body)
@@ -176,6 +199,24 @@ class AdminApi:
             unsubscribe()
             self._followers.discard(queue)
             watcher.cancel()
+
+
+def admin_token(fleet: FleetConfig, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The token in the environment variable ``server.admin_token_env`` names; None when it
+    names none. ConfigError when the variable is not set (or empty): an operator who named
+    one meant the admin API to need a token, and serving it open would hide the mistake."""
+    name = fleet.server.admin_token_env
+    if name is None:
+        return None
+    token = environ.get(name)
+    if not token:
+        message = (
+            f"names the environment variable {name}, which is not set (or is empty); set it "
+            "to the admin API's token, or remove server.admin_token_env"
+        )
+        source = str(fleet.source or "fleet")
+        raise ConfigError([Problem(source, None, "server.admin_token_env", message)])
+    return token
 
 
 async def _wait_disconnect(receive: Receive, queue: asyncio.Queue[Event | None]) -> None:
