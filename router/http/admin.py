@@ -16,6 +16,10 @@ case): none answers 401, a wrong one 403 (compared in constant time). A fleet fi
 admin API is never served open by mistake. The actor recorded in the audit trail is the
 ``X-Actor`` header, or ``admin``.
 
+Every answer is counted on the front door's /metrics, by route, status and reason
+(router/http/responses.py), in the metrics registered on the core unless others are given; the
+admin API's telemetry source feeds them too, when they have none.
+
 What a browser could forge is refused before anything else (router/http/browser_guard.py):
 on loopback, a ``Host`` or ``Origin`` that names another host or port answers 403; a command
 whose ``Content-Type`` is not ``application/json`` answers 415.
@@ -39,10 +43,12 @@ from router.core import RouterCore
 from router.errors import ConfigError, ControlError, Problem
 from router.http.asgi import (
     ClientGoneError,
+    CountedSend,
     Receive,
     Scope,
     Send,
     header_map,
+    note_reason,
     read_body,
     send_error,
     send_json,
@@ -50,11 +56,14 @@ from router.http.asgi import (
 from router.http.browser_guard import foreign_host, unsupported_media
 from router.http.errors import HttpError, bad_request
 from router.http.health import HealthMonitor
+from router.http.metrics import RouterMetrics
+from router.http.responses import OTHER_ADMIN_ROUTE
 from router.telemetry.status import TelemetryStatus
 
 __all__ = ["AdminApi", "admin_token"]
 
 MAX_COMMAND_BYTES = 65536
+ROUTES = frozenset(("/admin/state", "/admin/commands", "/admin/events", "/admin/decisions"))
 
 
 class AdminApi:
@@ -68,9 +77,11 @@ class AdminApi:
         telemetry: Callable[[], TelemetryStatus] | None = None,
         engine_metrics: Callable[[], dict[str, Any]] | None = None,
         served_models: Callable[[], dict[str, Any]] | None = None,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         """``token``: the bearer token; when None, the one ``server.admin_token_env`` names, if
-        it names one (ConfigError when that variable is not set)."""
+        it names one (ConfigError when that variable is not set). ``metrics``: where answers
+        are counted; by default the metrics registered on ``core``, if any."""
         self.core = core
         self.control = control
         self.health = health
@@ -81,6 +92,9 @@ class AdminApi:
             token = admin_token(core.fleet)
         self._token = None if token is None else token.encode()
         self._followers: set[asyncio.Queue[Event | None]] = set()
+        self.metrics = metrics if metrics is not None else RouterMetrics.of(core)
+        if self.metrics is not None and self.metrics.telemetry is None:
+            self.metrics.telemetry = telemetry  # its drops go on /metrics too
 
     def close_streams(self) -> None:
         """End every ``follow`` stream (the server is stopping)."""
@@ -90,6 +104,16 @@ class AdminApi:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        counted = CountedSend(send)
+        try:
+            await self._serve(scope, receive, counted)
+        finally:
+            if self.metrics is not None:
+                path = scope["path"]
+                route = path if path in ROUTES else OTHER_ADMIN_ROUTE
+                self.metrics.responses.count(route, counted, error_reason="error")
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope)
         forged = foreign_host(scope, headers)
         if forged is not None:
@@ -122,7 +146,7 @@ class AdminApi:
         except HttpError as exc:
             await send_error(send, exc)
         except ClientGoneError:
-            return
+            note_reason(send, "client_gone")
 
     def _refusal(self, headers: dict[str, str]) -> HttpError | None:
         if self._token is None:
@@ -168,6 +192,8 @@ class AdminApi:
         except ControlError as exc:
             raise HttpError(400, str(exc), code="invalid_command") from None
         event = self.control.apply(command, actor=headers.get("x-actor") or "admin")
+        if not event.ok:
+            note_reason(send, "command_refused")
         await send_json(send, 200 if event.ok else 409, event.to_dict())
 
     async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:

@@ -9,7 +9,8 @@
 | ``GET /metrics`` | Prometheus text (metrics.py) |
 
 Anything else is a 404 (or 405 for a known path with the wrong method) in OpenAI's error
-format. No framework: the hot path is one dict lookup away from the proxy.
+format. No framework: the hot path is one dict lookup away from the proxy. Every answer is
+counted by route, status and reason (router/http/responses.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,20 @@ import time
 from collections.abc import Awaitable, Callable
 
 from router.core import RouterCore
-from router.http.asgi import Receive, Scope, Send, send_bytes, send_error, send_json
+from router.http.asgi import (
+    CountedSend,
+    Receive,
+    Scope,
+    Send,
+    note_reason,
+    send_bytes,
+    send_error,
+    send_json,
+)
 from router.http.errors import HttpError
 from router.http.metrics import CONTENT_TYPE, RouterMetrics
 from router.http.proxy import Proxy
+from router.http.responses import OTHER_ROUTE
 
 __all__ = ["FrontDoor"]
 
@@ -49,6 +60,14 @@ class FrontDoor:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # lifespan is off; websockets are not served
+        path = scope["path"]
+        counted = CountedSend(send)
+        try:
+            await self._route(scope, receive, counted)
+        finally:  # a handler cancelled (its client left) is counted too, as answered so far
+            self.metrics.responses.count(path if path in self.routes else OTHER_ROUTE, counted)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self.routes.get(scope["path"])
         if route is None:
             await send_error(send, HttpError(404, f"no route {scope['path']}", code="not_found"))
@@ -82,6 +101,8 @@ class FrontDoor:
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = self.proxy.health.readiness()
+        if not body["ready"]:
+            note_reason(send, "not_ready")
         await send_json(send, 200 if body["ready"] else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:

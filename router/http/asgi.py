@@ -11,11 +11,13 @@ import orjson
 from router.http.errors import HttpError, too_large
 
 __all__ = [
+    "CountedSend",
     "Message",
     "Receive",
     "Scope",
     "Send",
     "header_map",
+    "note_reason",
     "read_body",
     "send_bytes",
     "send_error",
@@ -32,6 +34,31 @@ JSON = b"application/json"
 
 class ClientGoneError(Exception):
     """The client disconnected before its request was read."""
+
+
+class CountedSend:
+    """An ASGI ``send`` that remembers the response's status and why it was given, so that
+    the app can count every answer (/metrics) wherever in the app it was sent."""
+
+    __slots__ = ("reason", "send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status: int | None = None
+        """The status sent, or None while nothing was."""
+        self.reason: str | None = None
+        """Why: the error's code (send_error), or what a handler noted (note_reason)."""
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
+def note_reason(send: Send, reason: str) -> None:
+    """Say why this response is what it is, when ``send`` counts responses."""
+    if isinstance(send, CountedSend):
+        send.reason = reason
 
 
 def header_map(scope: Scope, wanted: frozenset[bytes] | None = None) -> dict[str, str]:
@@ -107,6 +134,7 @@ async def send_json(
 async def send_error(
     send: Send, error: HttpError, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    note_reason(send, error.code or error.type)
     headers = list(extra or ())
     if error.retry_after_s is not None:
         headers.append((b"retry-after", b"%d" % max(1, math.ceil(error.retry_after_s))))

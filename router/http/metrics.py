@@ -23,6 +23,9 @@ hot path pays only for the two latency histograms. Names:
 | ``gpurouter_strategy_info`` | info | ``strategy`` |
 | ``gpurouter_ttft_seconds`` | histogram | ``replica`` |
 | ``gpurouter_e2e_latency_seconds`` | histogram | ``replica`` |
+| ``gpurouter_http_responses_total`` | counter | ``route``, ``status``, ``reason`` (responses.py) |
+
+and, for a router with an MQTT feed, its drops (feed_metrics.py).
 """
 
 from __future__ import annotations
@@ -39,9 +42,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
+from router.http.feed_metrics import FeedCollector
+from router.http.responses import ResponseCounter
 from router.imbalance import imbalance_factor
 from router.replica import ReplicaState
 from router.snapshot import replica_loads
+from router.telemetry.status import TelemetryStatus
 
 __all__ = ["CONTENT_TYPE", "RouterMetrics"]
 
@@ -66,13 +72,18 @@ class RouterMetrics(CoreListener):
         core: RouterCore,
         ejections: Callable[[], Mapping[tuple[str, str], int]] | None = None,
         engine_rejected: Callable[[], Mapping[str, int]] | None = None,
+        telemetry: Callable[[], TelemetryStatus] | None = None,
     ) -> None:
         """``engine_rejected``: per replica, the engine /metrics values refused as nonsense
-        (router/telemetry/engine_metrics.py)."""
+        (router/telemetry/engine_metrics.py); ``telemetry``: the MQTT feeds' status, whose
+        drops go on /metrics (settable later: the admin API hands over its own)."""
         self.core = core
         self.registry = CollectorRegistry(auto_describe=False)
         self._ejections_source = ejections
         self._engine_rejected = engine_rejected
+        self.telemetry = telemetry
+        self.responses = ResponseCounter(self.registry)
+        """Every answer of the front door and the admin API (responses.py)."""
         ids = [r.id for r in core.pool]
         ttft = Histogram(
             "gpurouter_ttft_seconds",
@@ -92,7 +103,16 @@ class RouterMetrics(CoreListener):
         self._ttft = [ttft.labels(i) for i in ids]
         self._e2e = {i: e2e.labels(i) for i in ids}
         self.registry.register(_CoreCollector(self))
+        self.registry.register(FeedCollector(self._feed))
         core.listeners.append(self)
+
+    @staticmethod
+    def of(core: RouterCore) -> RouterMetrics | None:
+        """The metrics registered on ``core`` (each registers itself as a listener), if any."""
+        return next((m for m in core.listeners if isinstance(m, RouterMetrics)), None)
+
+    def _feed(self) -> TelemetryStatus | None:
+        return None if self.telemetry is None else self.telemetry()
 
     def first_byte(self, a: Assignment) -> None:
         if a.first_byte is not None:

@@ -47,6 +47,7 @@ from router.http.asgi import (
     Scope,
     Send,
     header_map,
+    note_reason,
     read_body,
     send_error,
 )
@@ -76,6 +77,8 @@ log = logging.getLogger("gpurouter.http")
 
 REPLICA_HEADER = b"x-gpurouter-replica"
 SHUTTING_DOWN = "the router is shutting down"
+CLIENT_GONE = "client_gone"
+"""The reason counted for a request whose client left (responses.py)."""
 WATCH_AFTER_S = 0.1
 """How long a request runs before a task watches its client for a disconnect."""
 
@@ -141,6 +144,7 @@ class Proxy:
             await send_error(send, exc, echo)
             return
         except ClientGoneError:
+            note_reason(send, CLIENT_GONE)
             return
         core_id = rid
         if core_id in self.core.running or core_id in self.core.queue:
@@ -169,6 +173,7 @@ class Proxy:
         except asyncio.CancelledError:
             if ex.client_gone:
                 task.uncancel()
+                note_reason(send, CLIENT_GONE)
                 self.core.cancel(core_id, "client disconnected")
             else:  # the server's grace ran out
                 self.core.cancel(core_id, SHUTTING_DOWN)
@@ -427,6 +432,7 @@ class Exchange:
         """End the request as its stream said: completed, or failed by the replica's own
         error event (relayed to the client as it was; too late to re-run elsewhere)."""
         if errored is not None:
+            note_reason(self.send, "upstream_error")  # a 200 whose stream ended in an error
             self.proxy.health.failure(a.replica, errored)
             self.proxy.core.fail(a, errored, retryable=False)
             return
@@ -449,6 +455,7 @@ class Exchange:
         if not self.started:
             await send_error(self.send, error, self.echo)
             return
+        note_reason(self.send, error.code or error.type)  # the 200 under way ended in this
         if self.sse:
             event = {"error": {"message": error.message, "type": error.type, "code": error.code}}
             chunk = b"data: " + orjson.dumps(event) + b"\n\n"
