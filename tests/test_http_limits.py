@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import json
 import resource
+import socket
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -251,3 +253,31 @@ async def test_a_client_mid_body_at_shutdown_reads_a_json_503_and_stop_returns()
     assert status == 503
     assert headers["content-type"] == "application/json"
     assert error_of(body)["code"] == "shutting_down"
+
+
+async def test_the_limits_answers_are_counted_on_metrics(server: RouterServer) -> None:
+    conn = await Conn.open(server)
+    conn.send(b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-F: 1\r\n" * 21 + b"\r\n")
+    status, _, _ = await conn.answer()
+    assert status == 431
+    text = (await asyncio.to_thread(_get, server.front_url + "/metrics")).decode()
+    line = 'gpurouter_http_responses_total{reason="too_large",route="connection",status="431"}'
+    assert f"{line} 1.0" in text
+
+
+async def test_accepted_connections_send_without_waiting_for_acks(server: RouterServer) -> None:
+    """Plain asyncio sets no TCP_NODELAY on accepted sockets: uvicorn's separate head and
+    body writes then waited 40 ms for the client's delayed ACK on every answer."""
+    conn = await Conn.open(server)
+    conn.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(conn.reader.readuntil(b'{"status":"ok"}'), 5)
+    front = server._servers[0]
+    (accepted,) = front.server_state.connections
+    sock = accepted.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        body: bytes = answer.read()
+        return body

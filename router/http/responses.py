@@ -26,10 +26,20 @@ from prometheus_client import CollectorRegistry, Counter
 
 from router.http.asgi import CountedSend
 
-__all__ = ["OTHER_ADMIN_ROUTE", "OTHER_ROUTE", "ResponseCounter"]
+__all__ = [
+    "ADMIN_CONNECTION_ROUTE",
+    "CONNECTION_ROUTE",
+    "OTHER_ADMIN_ROUTE",
+    "OTHER_ROUTE",
+    "ResponseCounter",
+]
 
 OTHER_ROUTE = "other"
 OTHER_ADMIN_ROUTE = "admin_other"
+CONNECTION_ROUTE = "connection"
+ADMIN_CONNECTION_ROUTE = "admin_connection"
+"""The route of an answer the connection limits gave (router/http/guard.py) before any
+route was known: a head too large or too slow, the connection cap, the end of a shutdown."""
 
 
 class ResponseCounter:
@@ -54,6 +64,13 @@ class ResponseCounter:
             key = (route, "none", sent.reason or "no_response")
         else:
             key = (route, str(status), sent.reason or ("ok" if status < 400 else error_reason))
+        self._inc(key)
+
+    def refused(self, route: str, status: int, reason: str) -> None:
+        """Count an answer given outside any app (the connection limits)."""
+        self._inc((route, str(status), reason))
+
+    def _inc(self, key: tuple[str, str, str]) -> None:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = self._family.labels(*key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import os
 import random
@@ -33,10 +34,11 @@ from router.http.admin import AdminApi
 from router.http.app import FrontDoor
 from router.http.driver import AsyncRouter
 from router.http.errors import HttpError
-from router.http.guard import ConnectionLimits, GuardedProtocol, guarded_protocol
+from router.http.guard import ConnectionLimits, GuardedProtocol, Refused, guarded_protocol
 from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.proxy import Proxy
+from router.http.responses import ADMIN_CONNECTION_ROUTE, CONNECTION_ROUTE
 from router.http.served_models import ServedModels
 from router.http.upstream import Upstream
 from router.telemetry.engine_metrics import EngineMetricsPoller
@@ -146,8 +148,10 @@ class RouterServer:
             await self.served_models.start()
             apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
             limits = ConnectionLimits.from_config(self.fleet.server, self.upstream.limit)
-            for app, sock in zip(apps, sockets, strict=True):
-                config = _config(app, self.fleet.server.client_keepalive_s, limits)
+            routes = (CONNECTION_ROUTE, ADMIN_CONNECTION_ROUTE)
+            for app, sock, route in zip(apps, sockets, routes, strict=True):
+                refused = functools.partial(self.metrics.responses.refused, route)
+                config = _config(app, self.fleet.server.client_keepalive_s, limits, refused)
                 server = _EmbeddedUvicorn(config)
                 self._servers.append(server)
                 self._tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
@@ -263,14 +267,14 @@ class _EmbeddedUvicorn(uvicorn.Server):
 
 
 def _config(
-    app: FrontDoor | AdminApi, keepalive_s: int, limits: ConnectionLimits
+    app: FrontDoor | AdminApi, keepalive_s: int, limits: ConnectionLimits, refused: Refused
 ) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         # uvicorn's own default (5 s) is shorter than aiohttp's client pool keeps an idle
         # connection (15 s): a request sent as the server closed it got no answer at all.
         timeout_keep_alive=keepalive_s,
-        http=guarded_protocol(limits),
+        http=guarded_protocol(limits, refused),
         ws="none",
         lifespan="off",
         loop="none",
