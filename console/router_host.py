@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from console.backend import ConsoleBackend
-from router.config.schema import BrokerConfig, FleetConfig
+from router.config.schema import FleetConfig
 from router.telemetry.status import DISABLED, TelemetryStatus
 
 if TYPE_CHECKING:
     from router.http.server import RouterServer
-    from router.telemetry.embedded_broker import EmbeddedBroker
-    from router.telemetry.subscriber import TelemetrySubscriber
+    from router.telemetry.feeds import RouterFeeds
 
 
 class LocalRouter:
@@ -47,13 +46,12 @@ class LocalRouter:
             admin_token=admin_token(fleet),
             telemetry=self.telemetry,
         )
-        self.broker: EmbeddedBroker | None = None
-        self.subscriber: TelemetrySubscriber | None = None
+        self.feeds: RouterFeeds | None = None
         self.notes: list[str] = []
         self._backend: ConsoleBackend | None = None
 
     def telemetry(self) -> TelemetryStatus:
-        return DISABLED if self.subscriber is None else self.subscriber.status()
+        return DISABLED if self.feeds is None else self.feeds.status()
 
     def backend(self) -> ConsoleBackend:
         """The console's view of this router; its addresses are filled in when it starts."""
@@ -80,24 +78,14 @@ class LocalRouter:
             self.notes.append("telemetry off (--no-telemetry)")
 
     async def _start_telemetry(self) -> None:
-        from router.telemetry.embedded_broker import EmbeddedBroker
-        from router.telemetry.subscriber import TelemetrySubscriber
+        from router.telemetry.feeds import RouterFeeds
 
-        target: BrokerConfig | str = self.fleet.broker
-        try:
-            if self.fleet.broker.url == "embedded":
-                self.broker = EmbeddedBroker()
-                target = await self.broker.start()
-                self.notes.append(f"embedded MQTT broker on {target}")
-            self.subscriber = TelemetrySubscriber(self.fleet, self.server.core, broker=target)
-            await self.subscriber.start()
-        except Exception as exc:  # the router works without telemetry; say why it has none
-            self.notes.append(f"telemetry could not start: {exc}")
-            self.subscriber = None
+        # Its operator steers it from the keyboard; `gpurouter serve` runs the MQTT control link.
+        self.feeds = RouterFeeds(self.fleet, self.server.control, control=False)
+        await self.feeds.start()
+        self.notes.extend(self.feeds.notes)
 
     async def stop(self) -> None:
-        if self.subscriber is not None:
-            await self.subscriber.stop()
-        if self.broker is not None:
-            await self.broker.stop()
+        if self.feeds is not None:
+            await self.feeds.stop()
         await self.server.stop()

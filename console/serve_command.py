@@ -1,4 +1,5 @@
-"""``gpurouter serve``: the router headless, its front door and admin API on HTTP."""
+"""``gpurouter serve``: the router headless: its front door and admin API on HTTP, and over
+MQTT the GPUs' telemetry and the operators' commands (router/telemetry/feeds.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from console.listen_options import (
     listen_failure,
 )
 from router.errors import GpuRouterError
+from router.telemetry.status import DISABLED
 
 if TYPE_CHECKING:
     from router.http.server import RouterServer
+    from router.telemetry.feeds import RouterFeeds
 
 PROG = "gpurouter serve"
 
@@ -23,6 +26,11 @@ PROG = "gpurouter serve"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="fleet YAML file")
     add_listen_options(p)
+    p.add_argument(
+        "--no-telemetry",
+        action="store_true",
+        help="no MQTT: neither GPU telemetry nor the control link (route on own accounting)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -30,7 +38,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from router.config import load_fleet
     from router.http.admin import admin_token
     from router.http.server import RouterServer
+    from router.telemetry.control_auth import resolve_secret
+    from router.telemetry.feeds import RouterFeeds
 
+    feeds: RouterFeeds | None = None
     try:
         check_listen_options(args)
         fleet = load_fleet(args.config)
@@ -40,12 +51,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             admin_listen=admin_address(args, fleet),
             # Read first: an unset variable is its own error, whatever the address.
             admin_token=admin_token(fleet),
+            telemetry=lambda: feeds.status() if feeds is not None else DISABLED,
         )
+        if not args.no_telemetry:
+            resolve_secret(fleet.control)  # an unset or short secret is its own error
+            feeds = RouterFeeds(fleet, server.control)
     except (GpuRouterError, ValueError) as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2
     try:
-        _run_loop(_serve(server, out))
+        _run_loop(_serve(server, feeds, out))
     except OSError as exc:
         err.write(listen_failure(PROG, exc) + "\n")
         return 1
@@ -61,10 +76,20 @@ def _run_loop(main: object) -> None:
         uvloop.run(main)  # type: ignore[arg-type]
 
 
-async def _serve(server: RouterServer, out: TextIO) -> None:
-    await server.start()
-    out.write(f"front door on {server.front_url}\nadmin API on {server.admin_url}\n")
-    out.flush()
-    await server.serve_forever()
+async def _serve(server: RouterServer, feeds: RouterFeeds | None, out: TextIO) -> None:
+    async def started() -> None:
+        out.write(f"front door on {server.front_url}\nadmin API on {server.admin_url}\n")
+        if feeds is None:
+            out.write("telemetry off (--no-telemetry)\n")
+        else:
+            await feeds.start()
+            out.write("".join(f"{note}\n" for note in feeds.notes))
+        out.flush()
+
+    try:
+        await server.serve_forever(started)
+    finally:
+        if feeds is not None:
+            await feeds.stop()
     out.write("stopped\n")
     out.flush()

@@ -35,3 +35,10 @@ async def mqtt_broker(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
     await broker.start()
     yield broker
     await broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routers keep the operators' desired state under ``$XDG_STATE_HOME`` and apply it at
+    start: each test gets its own, so no test reads another's (or the user's)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

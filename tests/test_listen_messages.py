@@ -98,7 +98,9 @@ def test_serve_with_listen_port_0_starts_beside_a_router_holding_the_admin_port(
     with subprocess.Popen(
         [sys.executable, "-m", "console.cli", "serve", "--config", str(config),
          "--listen", "127.0.0.1:0"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+        cwd=ROOT, text=True,
+        # Signed control: a router without a secret warns on stderr, by design.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPUROUTER_CONTROL_SECRET": "s" * 32},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     ) as proc:  # fmt: skip
         try:

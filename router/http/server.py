@@ -20,7 +20,7 @@ import os
 import random
 import signal
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 
 import uvicorn
 
@@ -187,20 +187,28 @@ class RouterServer:
         if self._stopped is not None:
             self._stopped.set()
 
-    async def serve_forever(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop gracefully (for ``gpurouter serve``)."""
-        if not self._servers:
-            await self.start()
+    async def serve_forever(self, started: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop gracefully (for ``gpurouter serve``).
+
+        The signals are caught from the start: one that comes while the server (or
+        ``started``, what the caller runs once it listens) is still starting stops it as
+        soon as it has started, instead of killing the process mid-start."""
         loop = asyncio.get_running_loop()
         signalled = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, signalled.set)
         try:
-            await signalled.wait()
+            if not self._servers:
+                await self.start()
+            try:
+                if started is not None:
+                    await started()
+                await signalled.wait()
+            finally:
+                await self.stop()
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
-            await self.stop()
 
 
 # ---- uvicorn inside someone else's loop --------------------------------------------------
