@@ -4,8 +4,9 @@
     python bench/bench_hostile.py --seconds 10 --attack header-bomb --attack idle-sockets
     python bench/bench_hostile.py --json
 
-Processes on loopback ports picked at start: an emulated two-replica fleet (``gpurouter
-emulate``) and the router (``gpurouter serve``), started with a limit of 1,024 open files as
+Processes on loopback ports picked at start: an MQTT broker (``gpurouter broker``), an
+emulated two-replica fleet (``gpurouter emulate``) and the router (``gpurouter serve``, its
+control link signed with a secret), the router started with a limit of 1,024 open files as
 a small production box would have. Each attack runs for ``--seconds`` while a legitimate
 client sends one chat completion every 0.1 s (each must answer 200) and a prober reads
 ``/health`` every 0.25 s. Attacks (each bounded in time and in connections):
@@ -17,7 +18,10 @@ client sends one chat completion every 0.1 s (each must answer 200) and a prober
   they alone would take every descriptor it has);
 - ``slow-body``: 50 requests that declare a 1 KB body and send one byte every 2 s;
 - ``big-body``: the openai SDK sends a 50 MB chat completion: a 413 error is the answer
-  wanted, not a reset connection.
+  wanted, not a reset connection;
+- ``mqtt-flood``: 30,000 junk messages on a control topic (unsigned, badly signed, not
+  JSON) as fast as the broker takes them, the operator's signed command sent halfway; the
+  router (control signed with a secret) must apply that command and count the junk.
 
 Last, the router gets SIGTERM while 50 clients trickle their bodies (its grace is 5 s): how
 long until it exits, and what those clients read (a JSON 503 is wanted).
@@ -66,7 +70,11 @@ nodes:
       - {{id: v100-0, endpoint: "http://127.0.0.1:{p2}", gpus: [1]}}
 server: {{listen: "127.0.0.1:{front}", admin_listen: "127.0.0.1:{admin}",
           shutdown_grace_s: {grace}}}
+broker: {{url: "mqtt://127.0.0.1:{mqtt}"}}
+control: {{secret_env: BENCH_CONTROL_SECRET}}
 """
+SECRET = "bench-hostile-control-secret"
+FLOOD = 30_000
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -104,29 +112,39 @@ class Processes:
     """The emulated fleet and the router, as subprocesses."""
 
     def __init__(self, workdir: str) -> None:
-        p1, p2, front, admin = _free_ports(4)
+        p1, p2, front, admin, mqtt = _free_ports(5)
         self.front = f"http://127.0.0.1:{front}"
+        self.admin = f"http://127.0.0.1:{admin}"
         self.port = front
+        self.mqtt_port = mqtt
         path = os.path.join(workdir, "fleet.yaml")
         with open(path, "w") as f:
             f.write(
-                FLEET.format(model=MODEL, p1=p1, p2=p2, front=front, admin=admin, grace=GRACE_S)
+                FLEET.format(
+                    model=MODEL, p1=p1, p2=p2, front=front, admin=admin, mqtt=mqtt, grace=GRACE_S
+                )
             )
         exe = [sys.executable, "-c", "from console.cli import main; main()"]
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.broker = subprocess.Popen(  # type: ignore[call-overload]
+            [*exe, "broker", "--port", str(mqtt)], **quiet
+        )
         self.emulator = subprocess.Popen([*exe, "emulate", "--config", path], **quiet)  # type: ignore[call-overload]
+        env = {**os.environ, "BENCH_CONTROL_SECRET": SECRET}
         self.router = subprocess.Popen(
-            [*exe, "serve", "--config", path], preexec_fn=_limit_files, **quiet
+            [*exe, "serve", "--config", path], preexec_fn=_limit_files, env=env, **quiet
         )  # type: ignore[call-overload]
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.post(f"{self.front}/v1/chat/completions", json=CHAT, timeout=2).is_success:
+            with contextlib.suppress(httpx.HTTPError, KeyError, TypeError):
+                served = httpx.post(f"{self.front}/v1/chat/completions", json=CHAT, timeout=2)
+                state = httpx.get(f"{self.admin}/admin/state", timeout=2).json()
+                if served.is_success and state["telemetry"]["control"]["connected"]:
                     return
             time.sleep(0.3)
-        raise SystemExit("the router did not serve a request within 60 s")
+        raise SystemExit("the router did not serve a request and link to the broker within 60 s")
 
     def rss_mb(self) -> float:
         with open(f"/proc/{self.router.pid}/status") as f:
@@ -141,9 +159,9 @@ class Processes:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        for proc in (self.router, self.emulator):
+        for proc in (self.router, self.emulator, self.broker):
             proc.send_signal(signal.SIGTERM)
-        for proc in (self.router, self.emulator):
+        for proc in (self.router, self.emulator, self.broker):
             try:
                 proc.wait(timeout=40)
             except subprocess.TimeoutExpired:
@@ -313,19 +331,72 @@ async def sigterm_under_slow_bodies(procs: Processes) -> Shutdown:
     return result
 
 
+async def mqtt_flood(procs: Processes, seconds: float) -> tuple[int, int]:
+    """30,000 junk control messages (unsigned, badly signed, not JSON) as fast as the
+    broker takes them, the operator's signed command halfway: was it applied?"""
+    import aiomqtt
+
+    from router.config.schema import BrokerConfig
+    from router.control import SetWeight
+    from router.telemetry.connection import resolve_target
+    from router.telemetry.control_messages import encode_desired
+    from router.telemetry.control_publisher import ControlPublisher
+    from router.telemetry.topics import Topics
+
+    topic = Topics("hostile").desired("weight/a100-0")
+    now = int(time.time() * 1000)
+    junk = [
+        encode_desired(SetWeight("a100-0", 0.001), now, "mallory", time.time()),
+        encode_desired(
+            SetWeight("a100-0", 0.001), now, "mallory", time.time(), topic=topic, secret=b"x" * 32
+        ),
+        b"\xff not json",
+    ]
+    target = resolve_target(BrokerConfig(), url=f"mqtt://127.0.0.1:{procs.mqtt_port}")
+    async with (
+        aiomqtt.Client(
+            "127.0.0.1", procs.mqtt_port, identifier="mallory", max_queued_outgoing_messages=None
+        ) as mallory,
+        ControlPublisher(target, "hostile", origin="alice", secret=SECRET.encode()) as operator,
+    ):
+        for i in range(FLOOD):
+            await mallory.publish(topic, junk[i % len(junk)], qos=0)
+            if i == FLOOD // 2:
+                await operator.publish(SetWeight("a100-0", 2.0))
+    await asyncio.sleep(seconds)
+    async with httpx.AsyncClient(timeout=5) as client:
+        state = (await client.get(f"{procs.admin}/admin/state")).json()
+    weight = next(r["weight"] for r in state["replicas"] if r["id"] == "a100-0")
+    dropped = state["telemetry"]["control"]["refused"]
+    counted = ", ".join(f"{k} {v}" for k, v in dropped.items() if v)
+    mqtt_flood.outcome = (  # type: ignore[attr-defined]
+        f"operator's weight 2.0 applied: {weight == 2.0} (weight {weight}); dropped: {counted}"
+    )
+    return 0, 0  # no connection to the router: the flood goes through the broker
+
+
 def _close_all(writers: Any) -> None:
     for w in writers:
         with contextlib.suppress(OSError):
             w.close()
 
 
-ATTACKS: dict[str, Callable[[int, float], Awaitable[tuple[int, int]]]] = {
+PORT_ATTACKS: dict[str, Callable[[int, float], Awaitable[tuple[int, int]]]] = {
     "header-bomb": header_bomb,
     "slowloris": slowloris,
     "idle-sockets": idle_sockets,
     "slow-body": slow_body,
     "big-body": big_body,
 }
+ATTACKS = [*PORT_ATTACKS, "mqtt-flood"]
+
+
+async def _attack(name: str, procs: Processes, seconds: float) -> tuple[tuple[int, int], str]:
+    """Run one attack: (connections opened, closed by the router) and its note."""
+    if name == "mqtt-flood":
+        return await mqtt_flood(procs, seconds), getattr(mqtt_flood, "outcome", "")
+    attack = PORT_ATTACKS[name]
+    return await attack(procs.port, seconds), getattr(attack, "outcome", "")
 
 
 # ---- the legitimate side ------------------------------------------------------------------
@@ -381,14 +452,13 @@ async def run_attack(procs: Processes, name: str, seconds: float) -> Row:
         asyncio.create_task(prober(procs.front, row, stop)),
         asyncio.create_task(sample_rss()),
     ]
-    row.attack_conns, row.attack_closed = await ATTACKS[name](procs.port, seconds)
+    (row.attack_conns, row.attack_closed), row.note = await _attack(name, procs, seconds)
     stop.set()
     await asyncio.gather(*side)
     row.cpu_share = (procs.cpu_s() - cpu0) / (time.monotonic() - t0)
     if row.health_ms:
         row.health_p50_ms = statistics.median(row.health_ms)
         row.health_max_ms = max(row.health_ms)
-    row.note = getattr(ATTACKS[name], "outcome", "")
     return row
 
 
@@ -403,7 +473,7 @@ def print_table(rows: list[Row]) -> None:
         p50 = "-" if r.health_p50_ms is None else f"{r.health_p50_ms:.1f} ms"
         hmax = "-" if r.health_max_ms is None else f"{r.health_max_ms:.0f} ms"
         ok = f"{r.legit_ok}/{r.legit_sent}"
-        closed = f"{r.attack_closed}/{r.attack_conns}"
+        closed = f"{r.attack_closed}/{r.attack_conns}" if r.attack_conns else "-"
         print(
             f"{r.attack:<13} {r.rss_peak_mb:>6.0f} MB {r.cpu_share:>5.0%} {p50:>12} {hmax:>8} "
             f"{r.health_failed:>6} {ok:>12} {closed:>17}"
@@ -420,7 +490,7 @@ async def main_async(args: argparse.Namespace) -> tuple[list[Row], Shutdown]:
         procs = Processes(workdir)
         try:
             await asyncio.to_thread(procs.wait_ready)
-            for name in args.attack or list(ATTACKS):
+            for name in args.attack or ATTACKS:
                 rows.append(await run_attack(procs, name, args.seconds))
                 await asyncio.sleep(2.0)  # let the router settle between attacks
             shutdown = await sigterm_under_slow_bodies(procs)
@@ -432,7 +502,7 @@ async def main_async(args: argparse.Namespace) -> tuple[list[Row], Shutdown]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each attack")
-    parser.add_argument("--attack", action="append", choices=list(ATTACKS))
+    parser.add_argument("--attack", action="append", choices=ATTACKS)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
     if not 0 < args.seconds <= 120:
