@@ -33,8 +33,10 @@
   (a warning), an event in the audit trail, ``core.panic`` (the snapshot, the admin state,
   /metrics, the console). A replica stops being judged unhealthy on evidence that answers its
   verdict: a request it completed or a generation probe, or (for a failed health check only)
-  a health check that passes.
-- The periodic check asks ``check_path`` (``/health``), not for a generation. A generation
+  a health check that passes. So a replica kept in service though judged unhealthy for
+  failed requests or silence gets a generation at each active check instead of ``/health``:
+  with no traffic, panic mode would otherwise outlast the outage.
+- Otherwise the periodic check asks ``check_path`` (``/health``), not for a generation. A generation
   every interval would cost little, but it finds nothing the silence watch misses: a frozen
   replica that holds work goes silent and is probed within its idle limit, and one that holds
   none harms no request until one is sent to it, which then goes unanswered just as long. The
@@ -391,15 +393,22 @@ class HealthMonitor(CoreListener):
             self.readmission_verdict(i, problem)
 
     async def _check(self, r: Replica) -> None:
-        problem = await self._ask(r)
         i = r.index
+        # A replica kept in service though judged unhealthy (panic mode, the ejection limit)
+        # for what /health cannot show (failed requests, silence) gets a generation: else,
+        # with no traffic to complete a request, nothing would ever clear it.
+        verdict = self.unhealthy.get(i)
+        generate = verdict is not None and verdict.cause != "health_check"
+        problem = await self._ask(r, generate=generate)
         if problem == _BUSY:
             return
         self.answered[i] = problem is None
         if problem is None:
             self.probe_failures[i] = 0
-            self._recovered(i, generated=False)
+            self._recovered(i, generated=generate)
             return
+        if generate:
+            return  # already judged, on evidence /health cannot clear: keep that verdict
         self.probe_failures[i] += 1
         limit = self.config.eject_after_failures
         if limit and self.probe_failures[i] >= limit and r.state is ReplicaState.ACTIVE:
