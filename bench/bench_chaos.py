@@ -264,7 +264,8 @@ def fleet_view(samples: list[Sample]) -> FleetView:
 # ---- the processes ----------------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports free now (bench_hostile.py uses it too)."""
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
@@ -299,7 +300,7 @@ class Processes:
 
     def __init__(self, workdir: str, time_scale: float, seed: int) -> None:
         n = sum(count for _, _, count in CARDS)
-        *replica_ports, front, admin, control = _free_ports(n + 3)
+        *replica_ports, front, admin, control = free_ports(n + 3)
         text, self.endpoints = fleet_yaml(replica_ports, front, admin)
         self.path = os.path.join(workdir, "fleet.yaml")
         with open(self.path, "w") as f:

@@ -40,7 +40,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
+from bench_chaos import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -94,16 +94,6 @@ class Row:
     health_ms: list[float] = field(default_factory=list, repr=False)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _limit_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (ROUTER_FILES, ROUTER_FILES))
 
@@ -112,7 +102,7 @@ class Processes:
     """The emulated fleet and the router, as subprocesses."""
 
     def __init__(self, workdir: str) -> None:
-        p1, p2, front, admin, mqtt = _free_ports(5)
+        p1, p2, front, admin, mqtt = free_ports(5)
         self.front = f"http://127.0.0.1:{front}"
         self.admin = f"http://127.0.0.1:{admin}"
         self.port = front

@@ -15,8 +15,10 @@ from router.core import RouterCore
 from router.emulator import EmulatedFleet
 from router.telemetry.agent import EmulatedSource, GpuSource, NodeAgent, node_replicas
 from router.telemetry.connection import Backoff, BrokerTarget, resolve_target
+from router.telemetry.control_topics import ControlLink
 from router.telemetry.status import NodeFeed
 from router.telemetry.subscriber import TelemetrySubscriber
+from tests.mqtt_fixtures import until
 
 FLEET_FILE = Path(__file__).resolve().parents[1] / "examples" / "fleets" / "h100-a100-l4.yaml"
 PERIOD_S = 0.1
@@ -85,3 +87,14 @@ async def started(sub: TelemetrySubscriber) -> AsyncIterator[TelemetrySubscriber
         yield sub
     finally:
         await sub.stop()
+
+
+@contextlib.asynccontextmanager
+async def linked(link: ControlLink) -> AsyncIterator[ControlLink]:
+    """``link`` started and connected, stopped at the end."""
+    await link.start()
+    try:
+        await until(lambda: link.connected, what="the control link up")
+        yield link
+    finally:
+        await link.stop()

@@ -3,12 +3,10 @@ when the broker has lost its retained messages."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from router.telemetry.control_topics import (
 )
 from router.telemetry.desired_state import DesiredStateFile, default_state_path, state_path
 from tests.mqtt_fixtures import Broker, until
-from tests.telemetry_helpers import FLEET_FILE, fleet, quick_backoff, target
+from tests.telemetry_helpers import FLEET_FILE, fleet, linked, quick_backoff, target
 
 CLUSTER = "h100-a100-l4"
 SECRET = b"test-control-secret-0123"
@@ -44,16 +42,6 @@ def router(url: str, path: Path, name: str = "ra") -> tuple[ControlLink, Control
         state=DesiredStateFile(path, CLUSTER),
     )
     return link, surface
-
-
-@contextlib.asynccontextmanager
-async def linked(link: ControlLink) -> AsyncIterator[ControlLink]:
-    await link.start()
-    try:
-        await until(lambda: link.connected, what="the control link up")
-        yield link
-    finally:
-        await link.stop()
 
 
 def operators_word(surface: ControlSurface) -> tuple[str, ReplicaState, float]:

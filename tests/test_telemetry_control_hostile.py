@@ -6,13 +6,11 @@ that is an anonymous MQTT client like any other.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomqtt
@@ -33,7 +31,7 @@ from router.telemetry.control_topics import (
 )
 from router.telemetry.topics import Topics
 from tests.mqtt_fixtures import Broker, until
-from tests.telemetry_helpers import fleet, quick_backoff, target
+from tests.telemetry_helpers import fleet, linked, quick_backoff, target
 
 TOPICS = Topics("h100-a100-l4")
 SECRET = b"test-control-secret-0123"
@@ -57,16 +55,6 @@ def link_for(
         **options,  # type: ignore[arg-type]
     )
     return link, surface
-
-
-@contextlib.asynccontextmanager
-async def linked(link: ControlLink) -> AsyncIterator[ControlLink]:
-    await link.start()
-    try:
-        await until(lambda: link.connected, what="the control link up")
-        yield link
-    finally:
-        await link.stop()
 
 
 def signed(command: object, version: int, *, secret: bytes | None = SECRET, slot: str) -> bytes:
