@@ -5,7 +5,10 @@
   ``served_models`` (per replica: declared and served models, the mismatch, the answer's
   age, why the latest ask failed).
 - ``POST /admin/commands``: one control command (``{"command": "drain", "replica": "x"}``);
-  answers the audit event: 200 applied, 409 refused; 400 when it cannot be read.
+  answers the audit event: 200 applied, 409 refused; 400 when it cannot be read. Where the
+  router runs a control link (``gpurouter serve``), the command is published as the
+  cluster's desired state and the answer is this router's application of it, once it came
+  back from the broker (504 if it did not in 5 s); every router of the cluster applies it.
 - ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
   events as SSE, or as JSON lines with ``?format=jsonl``.
 - ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
@@ -31,14 +34,14 @@ import asyncio
 import dataclasses
 import hmac
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
 
 from router.config.schema import FleetConfig
-from router.control import ControlSurface, Event, parse_command
+from router.control import Command, ControlSurface, Event, parse_command
 from router.core import RouterCore
 from router.errors import ConfigError, ControlError, Problem
 from router.http.asgi import (
@@ -88,6 +91,9 @@ class AdminApi:
         self.telemetry = telemetry
         self.engine_metrics = engine_metrics
         self.served_models = served_models
+        self.apply: Callable[[Command, str], Awaitable[Event]] = self._apply_here
+        """How a command given here is applied: on this router (the default), or published
+        as the cluster's desired state where a control link runs (``gpurouter serve``)."""
         if token is None:
             token = admin_token(core.fleet)
         self._token = None if token is None else token.encode()
@@ -191,10 +197,21 @@ class AdminApi:
             command = parse_command(data)
         except ControlError as exc:
             raise HttpError(400, str(exc), code="invalid_command") from None
-        event = self.control.apply(command, actor=headers.get("x-actor") or "admin")
+        try:
+            event = await self.apply(command, headers.get("x-actor") or "admin")
+        except TimeoutError:
+            raise HttpError(
+                504,
+                "the command was published but did not come back from the broker in time",
+                "server_error",
+                code="not_applied",
+            ) from None
         if not event.ok:
             note_reason(send, "command_refused")
         await send_json(send, 200 if event.ok else 409, event.to_dict())
+
+    async def _apply_here(self, command: Command, actor: str) -> Event:
+        return self.control.apply(command, actor=actor)
 
     async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:
         since = _int(query, "since", 0)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections import deque
@@ -57,7 +58,7 @@ from typing import Any
 import aiomqtt
 
 from router.config.schema import ControlConfig
-from router.control import ControlSurface, Event
+from router.control import Command, ControlSurface, Event
 from router.errors import ControlError
 from router.telemetry import control_auth
 from router.telemetry.connection import (
@@ -100,6 +101,7 @@ __all__ = [
     "ControlLink",
     "ControlPublisher",
     "Desired",
+    "NotLinkedError",
     "decode_desired",
     "encode_desired",
     "publish_command",
@@ -115,6 +117,21 @@ replica is applied, refused by the surface and acknowledged); a new slot past th
 refused, so that made-up slots cannot grow the link's memory without end."""
 MAX_QUEUED = 10_000
 """Commands waiting to be applied; junk never takes a place (see the module docstring)."""
+
+
+PUBLISH_WAIT_S = 5.0
+"""How long a command given to this router may take to come back from the broker."""
+
+
+class NotLinkedError(ControlError):
+    """The control link is not connected: a command cannot be published now."""
+
+
+def _origin(actor: str, router_id: str) -> str:
+    """A publisher name for ``actor`` (an admin API's ``X-Actor``) as it came to this router:
+    the characters an origin may hold, at most 64."""
+    name = re.sub(r"[^A-Za-z0-9.@:_-]", "_", actor)[:40] or "admin"
+    return f"{name}@{router_id}"[:64]
 
 
 class ControlLink:
@@ -170,6 +187,8 @@ class ControlLink:
         self._events_ready = asyncio.Event()
         self._unsubscribe: Callable[[], None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._client: aiomqtt.Client | None = None
+        self._waiting: dict[tuple[str, int], asyncio.Future[Event]] = {}
 
     @classmethod
     def from_fleet(
@@ -329,7 +348,37 @@ class ControlLink:
         self._saved[slot] = dict(accepted.message)
         event = self.surface.apply(desired.command, actor=f"{source}:{desired.origin}")
         self._save()
+        waiter = self._waiting.pop((slot, desired.version), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(event)
         return Ack(slot, desired.version, event.ok, event.message)
+
+    # ---- commands given to this router -----------------------------------------------------
+
+    async def publish_command(
+        self, command: Command, actor: str, timeout_s: float = PUBLISH_WAIT_S
+    ) -> Event:
+        """Publish a command given to this router (its admin API) as the cluster's desired
+        state, signed, so that every router applies it; the event of this router's own
+        application, once its message came back. NotLinkedError while the link is down (the
+        caller applies it alone); TimeoutError if it did not come back in ``timeout_s``."""
+        client = self._client
+        if client is None or not self.connected:
+            raise NotLinkedError(f"control link {self.router_id} is not connected")
+        slot = slot_of(command)
+        topic = self.topics.desired(slot)
+        version = max(int(self.wall_clock() * 1000), self.applied.get(slot, 0) + 1)
+        origin = _origin(actor, self.router_id)
+        payload = encode_desired(
+            command, version, origin, self.wall_clock(), topic=topic, secret=self.secret
+        )
+        waiter: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._waiting[(slot, version)] = waiter
+        try:
+            await publish(client, topic, payload, qos=1, retain=True)
+            return await asyncio.wait_for(waiter, timeout_s)
+        finally:
+            self._waiting.pop((slot, version), None)
 
     def _save(self) -> None:
         if self.state is None:
@@ -428,6 +477,7 @@ class ControlLink:
 
     async def _connected(self, client: aiomqtt.Client) -> None:
         await subscribe(client, self.topics.all_desired, qos=1)
+        self._client = client
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._publish_stats(client))
@@ -435,6 +485,8 @@ class ControlLink:
                 await self._receive(client)
         except* aiomqtt.MqttError as lost:  # one lost connection, however many tasks saw it
             raise lost.exceptions[0] from None
+        finally:
+            self._client = None
 
     async def _receive(self, client: aiomqtt.Client) -> None:
         acks = self.topics.acks(self.router_id)

@@ -12,20 +12,24 @@ feed that cannot start is reported, not fatal: the router then routes on its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from router.config.schema import BrokerConfig, FleetConfig
+from router.control import Command, ControlSurface, Event, command_name
 from router.telemetry.status import DISABLED, BrokerState, TelemetryStatus
 
 if TYPE_CHECKING:
-    from router.control import ControlSurface
     from router.telemetry.control_topics import ControlLink
     from router.telemetry.embedded_broker import EmbeddedBroker
     from router.telemetry.subscriber import TelemetrySubscriber
 
 __all__ = ["RouterFeeds"]
+
+log = logging.getLogger("gpurouter.telemetry")
 
 CONNECT_WAIT_S = 5.0
 """How long start() waits for the broker before it lets the clients retry on their own."""
@@ -54,6 +58,20 @@ class RouterFeeds:
         self.link: ControlLink | None = None
         self.notes: list[str] = []
         """What happened at start, one line each, for the console or the log."""
+
+    async def apply(self, command: Command, actor: str) -> Event:
+        """A command given to this router: published as the cluster's desired state, so
+        that every router applies it, while the control link is up; else applied here
+        alone, and the event says so. TimeoutError if the broker did not bring it back."""
+        from router.telemetry.control_topics import NotLinkedError
+
+        if self.link is not None:
+            with contextlib.suppress(NotLinkedError):
+                return await self.link.publish_command(command, actor)
+        event = self.surface.apply(command, actor=actor)
+        if self.link is not None:
+            log.warning("control link down: %s applied on this router only", command_name(command))
+        return event
 
     def status(self) -> TelemetryStatus:
         """The telemetry feed's status, with the control link's counters when it runs."""
