@@ -186,7 +186,22 @@ def _dispatch(client: AdminClient, args: argparse.Namespace, out: TextIO) -> Non
                 out.write(_line(decision, args.json, "decision") + "\n")
         case _:
             event = client.command(_command_body(args))
-            out.write((json.dumps(event) if args.json else str(event.get("message", ""))) + "\n")
+            out.write((json.dumps(event) if args.json else _applied(event)) + "\n")
+
+
+def _applied(event: dict[str, Any]) -> str:
+    """The event's message, and where the router published it to its cluster, which
+    routers applied it and which refused it."""
+    text = str(event.get("message", ""))
+    routers = event.get("applied_by")
+    if not isinstance(routers, dict):
+        return text
+    applied = sorted(r for r, ok in routers.items() if ok)
+    refused = sorted(r for r, ok in routers.items() if not ok)
+    text += f"\napplied by {len(applied)} router(s): {', '.join(applied) or 'none'}"
+    if refused:
+        text += f"\nrefused by: {', '.join(refused)}"
+    return text
 
 
 def _command_body(args: argparse.Namespace) -> dict[str, Any]:

@@ -135,6 +135,17 @@ class Event:
         return d
 
 
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A command given to one router, and where it was published to the cluster (``gpurouter
+    serve``), what each router that acknowledged it did: router id -> applied (True) or
+    refused (False)."""
+
+    event: Event
+    routers: Mapping[str, bool] | None = None
+    """None: applied on this router alone (not published)."""
+
+
 def command_name(command: Command) -> str:
     return _NAMES[type(command)]
 

@@ -143,7 +143,9 @@ async def test_each_component_works_under_its_account_and_nothing_more(
             for user, forbidden, marker in (
                 ("h100-node", TOPICS.desired("service/h100-0"), TOPICS.gpus("h100-node")),
                 ("h100-node", TOPICS.gpus("l4-node"), TOPICS.gpus("h100-node")),
-                ("router", TOPICS.desired("service/h100-0"), TOPICS.events),
+                # Routers publish desired state (a command given to their admin API), not
+                # telemetry.
+                ("router", TOPICS.gpus("h100-node"), TOPICS.events),
             ):
                 async with aiomqtt.Client(
                     "127.0.0.1", production.port, username=user, password=f"{user}-password"

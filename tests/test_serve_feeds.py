@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from console import cli
 from router.config.schema import BrokerConfig
 from router.control import ControlSurface, SetWeight
 from router.core import RouterCore
@@ -98,8 +99,18 @@ async def _serve(fleet: Path, secret: str) -> tuple[asyncio.subprocess.Process, 
     return proc, front, admin
 
 
+async def _knows_routers(client: httpx.AsyncClient, admin: str, n: int) -> None:
+    """Wait (bounded) until the router has heard from ``n`` routers, itself included."""
+    for _ in range(500):
+        state = (await client.get(admin + "/admin/state")).json()
+        if len(state["telemetry"]["control"]["routers"]) >= n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the router never heard from {n} routers")
+
+
 async def test_a_command_given_to_one_router_is_applied_by_every_router(
-    tmp_path: Path, mqtt_broker: Broker
+    tmp_path: Path, mqtt_broker: Broker, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two `serve` processes on one broker: a drain and a weight sent to one router's admin
     API are published as desired state, and both routers apply them."""
@@ -112,6 +123,8 @@ async def test_a_command_given_to_one_router_is_applied_by_every_router(
         try:
             (_, _, admin_a), (_, _, admin_b) = routers
             async with httpx.AsyncClient(timeout=10) as client:
+                for admin in (admin_a, admin_b):
+                    await _knows_routers(client, admin, 2)
                 answer = await client.post(
                     admin_a + "/admin/commands",
                     json={"command": "weight", "replica": "b", "weight": 4.0},
@@ -119,11 +132,18 @@ async def test_a_command_given_to_one_router_is_applied_by_every_router(
                 )
                 assert answer.status_code == 200
                 assert answer.json()["actor"].startswith("mqtt:alice@router-")
+                # Both routers acknowledged it (each publishes stats every second).
+                assert sorted(answer.json()["applied_by"].values()) == [True, True]
                 assert await weight_of(client, admin_b, "b", 4.0) == 4.0
                 assert await weight_of(client, admin_a, "b", 4.0) == 4.0
                 events = (await client.get(admin_b + "/admin/events")).json()["events"]
             applied = [e for e in events if e["kind"] == "weight"]
             assert [e["actor"] for e in applied] == [answer.json()["actor"]]
+            # `gpurouter ctl` says which routers applied a command.
+            code = await asyncio.to_thread(cli.main, ["ctl", "--admin", admin_b, "drain", "a"])
+            lines = capsys.readouterr().out.splitlines()
+            assert code == 0
+            assert lines[-1].startswith("applied by 2 router(s): router-")
         finally:
             for proc, _, _ in routers:
                 proc.send_signal(signal.SIGTERM)
@@ -142,7 +162,7 @@ async def test_with_the_control_link_down_a_command_is_applied_on_this_router_al
     feeds.link = ControlLink(surface, target=target("mqtt://127.0.0.1:1"))
     with pytest.raises(NotLinkedError):
         await feeds.link.publish_command(SetWeight("h100-0", 2.0), "alice")
-    event = await feeds.apply(SetWeight("h100-0", 2.0), "alice")
-    assert (event.ok, event.actor) == (True, "alice")
+    applied = await feeds.apply(SetWeight("h100-0", 2.0), "alice")
+    assert (applied.event.ok, applied.event.actor, applied.routers) == (True, "alice", None)
     assert surface.core.replica("h100-0").weight == 2.0
     assert "weight applied on this router only" in caplog.text

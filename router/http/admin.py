@@ -41,7 +41,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from router.config.schema import FleetConfig
-from router.control import Command, ControlSurface, Event, parse_command
+from router.control import Applied, Command, ControlSurface, Event, parse_command
 from router.core import RouterCore
 from router.errors import ConfigError, ControlError, Problem
 from router.http.asgi import (
@@ -91,7 +91,7 @@ class AdminApi:
         self.telemetry = telemetry
         self.engine_metrics = engine_metrics
         self.served_models = served_models
-        self.apply: Callable[[Command, str], Awaitable[Event]] = self._apply_here
+        self.apply: Callable[[Command, str], Awaitable[Applied]] = self._apply_here
         """How a command given here is applied: on this router (the default), or published
         as the cluster's desired state where a control link runs (``gpurouter serve``)."""
         if token is None:
@@ -198,7 +198,7 @@ class AdminApi:
         except ControlError as exc:
             raise HttpError(400, str(exc), code="invalid_command") from None
         try:
-            event = await self.apply(command, headers.get("x-actor") or "admin")
+            applied = await self.apply(command, headers.get("x-actor") or "admin")
         except TimeoutError:
             raise HttpError(
                 504,
@@ -206,12 +206,16 @@ class AdminApi:
                 "server_error",
                 code="not_applied",
             ) from None
+        event = applied.event
         if not event.ok:
             note_reason(send, "command_refused")
-        await send_json(send, 200 if event.ok else 409, event.to_dict())
+        answer = event.to_dict()
+        if applied.routers is not None:
+            answer["applied_by"] = dict(applied.routers)
+        await send_json(send, 200 if event.ok else 409, answer)
 
-    async def _apply_here(self, command: Command, actor: str) -> Event:
-        return self.control.apply(command, actor=actor)
+    async def _apply_here(self, command: Command, actor: str) -> Applied:
+        return Applied(self.control.apply(command, actor=actor))
 
     async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:
         since = _int(query, "since", 0)

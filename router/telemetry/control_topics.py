@@ -58,7 +58,7 @@ from typing import Any
 import aiomqtt
 
 from router.config.schema import ControlConfig
-from router.control import Command, ControlSurface, Event
+from router.control import Applied, Command, ControlSurface, Event
 from router.errors import ControlError
 from router.telemetry import control_auth
 from router.telemetry.connection import (
@@ -121,6 +121,30 @@ MAX_QUEUED = 10_000
 
 PUBLISH_WAIT_S = 5.0
 """How long a command given to this router may take to come back from the broker."""
+ACK_WAIT_S = 1.0
+"""How long, after applying it, a router waits for the others' acknowledgements of a
+command it published."""
+PEER_FRESH_S = 5.0
+"""A router whose stats (every second) came within this long counts as in the cluster."""
+MAX_PEERS = 1024
+"""Routers a link keeps track of: junk router ids cannot grow it without end."""
+_MAX_ACK_BYTES = 4096
+
+
+def _read_ack(payload: object) -> Ack | None:
+    """An acknowledgement's slot, version and verdict; None for anything else."""
+    if not isinstance(payload, bytes | bytearray) or len(payload) > _MAX_ACK_BYTES:
+        return None
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    slot, version, ok = body.get("slot"), body.get("version"), body.get("ok")
+    if not isinstance(slot, str) or type(version) is not int or type(ok) is not bool:
+        return None
+    return Ack(slot, version, ok, "")
 
 
 class NotLinkedError(ControlError):
@@ -189,6 +213,10 @@ class ControlLink:
         self._task: asyncio.Task[None] | None = None
         self._client: aiomqtt.Client | None = None
         self._waiting: dict[tuple[str, int], asyncio.Future[Event]] = {}
+        self._acks: dict[tuple[str, int], dict[str, bool]] = {}
+        """Per command this router published and waits on: each router's acknowledgement."""
+        self.peers: dict[str, float] = {}
+        """Routers of the cluster heard from (their stats), by id: when (``time.monotonic``)."""
 
     @classmethod
     def from_fleet(
@@ -230,6 +258,7 @@ class ControlLink:
             state_file=None if self.state is None else str(self.state.path),
             state_errors=self.state_errors,
             last_state_error=self.last_state_error,
+            routers=tuple(self.routers()),
         )
 
     async def start(self) -> None:
@@ -357,11 +386,12 @@ class ControlLink:
 
     async def publish_command(
         self, command: Command, actor: str, timeout_s: float = PUBLISH_WAIT_S
-    ) -> Event:
+    ) -> Applied:
         """Publish a command given to this router (its admin API) as the cluster's desired
-        state, signed, so that every router applies it; the event of this router's own
-        application, once its message came back. NotLinkedError while the link is down (the
-        caller applies it alone); TimeoutError if it did not come back in ``timeout_s``."""
+        state, signed, so that every router applies it: this router's own application, once
+        its message came back, and the acknowledgements of the routers heard from lately
+        (waited for up to ``ACK_WAIT_S``). NotLinkedError while the link is down (the caller
+        applies it alone); TimeoutError if it did not come back in ``timeout_s``."""
         client = self._client
         if client is None or not self.connected:
             raise NotLinkedError(f"control link {self.router_id} is not connected")
@@ -372,13 +402,49 @@ class ControlLink:
         payload = encode_desired(
             command, version, origin, self.wall_clock(), topic=topic, secret=self.secret
         )
+        key = (slot, version)
         waiter: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        self._waiting[(slot, version)] = waiter
+        self._waiting[key] = waiter
+        acks = self._acks[key] = {}
         try:
             await publish(client, topic, payload, qos=1, retain=True)
-            return await asyncio.wait_for(waiter, timeout_s)
+            event = await asyncio.wait_for(waiter, timeout_s)
+            acks[self.router_id] = event.ok
+            await self._wait_for_peers(acks)
+            return Applied(event, dict(acks))
         finally:
-            self._waiting.pop((slot, version), None)
+            self._waiting.pop(key, None)
+            self._acks.pop(key, None)
+
+    async def _wait_for_peers(self, acks: dict[str, bool]) -> None:
+        """Until every router heard from in the last ``PEER_FRESH_S`` has acknowledged, for
+        at most ``ACK_WAIT_S``: who applied it is the answer's to show, not to hold up."""
+        deadline = time.monotonic() + ACK_WAIT_S
+        while time.monotonic() < deadline:
+            if set(self.routers()) <= acks.keys():
+                return
+            await asyncio.sleep(0.02)
+
+    def routers(self) -> list[str]:
+        """The routers of the cluster heard from in the last ``PEER_FRESH_S``, this one too
+        once its own stats came back."""
+        now = time.monotonic()
+        return sorted(r for r, at in self.peers.items() if now - at < PEER_FRESH_S)
+
+    def _heard(self, topic: str, payload: object) -> bool:
+        """Note another router's acknowledgement or stats; whether the message was one."""
+        router = self.topics.parse_router(topic)
+        if router is None:
+            return False
+        name, kind = router
+        if kind == "stats":
+            if name in self.peers or len(self.peers) < MAX_PEERS:
+                self.peers[name] = time.monotonic()
+            return True
+        ack = _read_ack(payload)
+        if ack is not None and (wanted := self._acks.get((ack.slot, ack.version or 0))) is not None:
+            wanted[name] = ack.ok
+        return True
 
     def _save(self) -> None:
         if self.state is None:
@@ -412,7 +478,10 @@ class ControlLink:
             )
 
     def admit(self, message: aiomqtt.Message) -> bool:
-        """Judge a message as it comes off the socket: only a command to apply is queued."""
+        """Judge a message as it comes off the socket: only a command to apply is queued.
+        Another router's stats or acknowledgement is noted here and goes no further."""
+        if self._heard(message.topic.value, message.payload):
+            return False
         verdict = self.screen(message.topic.value, message.payload)
         if isinstance(verdict, Accepted):
             return True
@@ -477,6 +546,8 @@ class ControlLink:
 
     async def _connected(self, client: aiomqtt.Client) -> None:
         await subscribe(client, self.topics.all_desired, qos=1)
+        await subscribe(client, self.topics.all_acks, qos=1)
+        await subscribe(client, self.topics.all_router_stats, qos=0)
         self._client = client
         try:
             async with asyncio.TaskGroup() as group:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from router.config.schema import BrokerConfig, FleetConfig
-from router.control import Command, ControlSurface, Event, command_name
+from router.control import Applied, Command, ControlSurface, command_name
 from router.telemetry.status import DISABLED, BrokerState, TelemetryStatus
 
 if TYPE_CHECKING:
@@ -59,10 +59,11 @@ class RouterFeeds:
         self.notes: list[str] = []
         """What happened at start, one line each, for the console or the log."""
 
-    async def apply(self, command: Command, actor: str) -> Event:
+    async def apply(self, command: Command, actor: str) -> Applied:
         """A command given to this router: published as the cluster's desired state, so
-        that every router applies it, while the control link is up; else applied here
-        alone, and the event says so. TimeoutError if the broker did not bring it back."""
+        that every router applies it, while the control link is up (with who acknowledged
+        it); else applied here alone, and the log says so. TimeoutError if the broker did
+        not bring it back."""
         from router.telemetry.control_topics import NotLinkedError
 
         if self.link is not None:
@@ -71,7 +72,7 @@ class RouterFeeds:
         event = self.surface.apply(command, actor=actor)
         if self.link is not None:
             log.warning("control link down: %s applied on this router only", command_name(command))
-        return event
+        return Applied(event)
 
     def status(self) -> TelemetryStatus:
         """The telemetry feed's status, with the control link's counters when it runs."""

@@ -83,6 +83,9 @@ class ControlLinkStatus:
     state_errors: int = 0
     """Times the state file could not be read or written."""
     last_state_error: str | None = None
+    routers: tuple[str, ...] = ()
+    """The cluster's routers heard from lately (their stats): those whose acknowledgement
+    a command given to this router waits for."""
 
     @property
     def dropped(self) -> int:

@@ -27,6 +27,7 @@ ROOT = "gpurouter/v1"
 _BAD_LEVEL = re.compile(r"[/+#\x00]")
 
 NodeKind = Literal["status", "gpus"]
+RouterKind = Literal["stats", "ack"]
 
 
 def check_level(name: str, what: str) -> str:
@@ -100,6 +101,19 @@ class Topics:
             return parts[1], "status"
         if parts[2] == "gpus":
             return parts[1], "gpus"
+        return None
+
+    def parse_router(self, topic: str) -> tuple[str, RouterKind] | None:
+        """``(router, "stats" | "ack")`` for a router's stats or acknowledgement topic of
+        this cluster, else None."""
+        if not topic.startswith(self.prefix):
+            return None
+        parts = topic[len(self.prefix) :].split("/")
+        match parts:
+            case ["routers", router, "stats"] if router:
+                return router, "stats"
+            case ["control", "acks", router] if router:
+                return router, "ack"
         return None
 
     def parse_desired(self, topic: str) -> str | None:
