@@ -24,6 +24,7 @@ from router.replica import ReplicaState
 from router.telemetry.control_auth import SECRET_ENV, check
 from router.telemetry.control_topics import (
     MAX_CONTROL_BYTES,
+    MAX_PEERS,
     REFUSALS,
     ControlLink,
     ControlPublisher,
@@ -311,3 +312,17 @@ def test_the_signed_example_in_the_docs_checks_out_with_its_secret() -> None:
     assert check(message, topic, b"example-secret-do-not-use") is None
     assert check(message, topic, SECRET) == "bad_signature"
     assert check(message, topic.replace("mixed-demo", "prod"), b"example-secret-do-not-use")
+
+
+def test_junk_on_the_acks_and_stats_topics_goes_no_further_and_cannot_grow_the_peer_table() -> None:
+    """Routers read each other's acks and stats (to say who applied a command): junk there
+    is neither queued nor counted as a refused command, and a flood of made-up router ids
+    stops at MAX_PEERS."""
+    link, surface = link_for()
+    junk = [b"", b"\xff", b"[]", b'{"slot": 1}', b"{" * 10_000, b'{"slot":"s","version":1.5}']
+    for i, payload in enumerate(junk * 400):
+        for topic in (TOPICS.acks(f"r{i}"), TOPICS.router_stats(f"r{i}")):
+            assert not link.admit(aiomqtt.Message(topic, payload, 1, False, 1, None))
+    assert len(link.peers) == MAX_PEERS
+    assert link.dropped == 0
+    assert len(surface.audit) == 0

@@ -95,6 +95,7 @@ from router.telemetry.topics import Topics, check_level
 __all__ = [
     "CONTROL_VERSION",
     "MAX_CONTROL_BYTES",
+    "MAX_PEERS",
     "MAX_QUEUED",
     "REFUSALS",
     "Ack",
