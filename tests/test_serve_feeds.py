@@ -46,6 +46,22 @@ async def weight_of(client: httpx.AsyncClient, admin: str, replica: str, want: f
     return weight
 
 
+async def _serve(fleet: Path, secret: str) -> tuple[asyncio.subprocess.Process, str, str]:
+    """``gpurouter serve`` on ``fleet`` with its control secret: the process, its front door
+    and admin API, once its control link started (signed)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
+        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "SERVE_FEEDS_SECRET": secret},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    front = await read_line(proc.stdout, "front door on")
+    admin = await read_line(proc.stdout, "admin API on")
+    assert await read_line(proc.stdout, "control link as") == "commands)"  # "(signed commands)"
+    return proc, front, admin
+
+
 async def test_serve_applies_signed_commands_and_counts_forged_ones(
     tmp_path: Path, mqtt_broker: Broker
 ) -> None:
@@ -54,18 +70,8 @@ async def test_serve_applies_signed_commands_and_counts_forged_ones(
         fleet = tmp_path / "fleet.yaml"
         text = fleet_yaml(emulated) + f"broker: {{url: '{mqtt_broker.url}'}}\n"
         fleet.write_text(text + "control: {secret_env: SERVE_FEEDS_SECRET}\n")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
-            "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.getcwd(), "SERVE_FEEDS_SECRET": SECRET},
-        )  # fmt: skip
+        proc, front, admin = await _serve(fleet, SECRET)
         try:
-            assert proc.stdout is not None
-            front = await read_line(proc.stdout, "front door on")
-            admin = await read_line(proc.stdout, "admin API on")
-            link = await read_line(proc.stdout, "control link as")
-            assert link == "commands)"  # "... (signed commands)"
             target = resolve_target(BrokerConfig(), url=mqtt_broker.url)
             async with ControlPublisher(target, "serve-test", origin="mallory") as forger:
                 await forger.publish(SetWeight("a", 9.0))
@@ -83,20 +89,6 @@ async def test_serve_applies_signed_commands_and_counts_forged_ones(
         finally:
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0
-
-
-async def _serve(fleet: Path, secret: str) -> tuple[asyncio.subprocess.Process, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
-        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.getcwd(), "SERVE_FEEDS_SECRET": secret},
-    )  # fmt: skip
-    assert proc.stdout is not None
-    front = await read_line(proc.stdout, "front door on")
-    admin = await read_line(proc.stdout, "admin API on")
-    await read_line(proc.stdout, "control link as")
-    return proc, front, admin
 
 
 async def _knows_routers(client: httpx.AsyncClient, admin: str, n: int) -> None:
