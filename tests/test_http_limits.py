@@ -110,6 +110,17 @@ async def test_a_header_without_end_gets_431_and_the_connection_closes(
     await client.close()
 
 
+async def test_a_head_too_large_after_a_kept_alive_request_gets_431(server: RouterServer) -> None:
+    """The next request's head is counted from its first read, not from its second."""
+    conn = await Conn.open(server)
+    conn.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(conn.reader.readuntil(b'{"status":"ok"}'), 5)
+    conn.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Bomb: " + b"a" * 5000)
+    status, _, body = await conn.answer()
+    assert status == 431
+    assert "4096 bytes" in error_of(body)["message"]
+
+
 async def test_too_many_headers_get_431(server: RouterServer) -> None:
     conn = await Conn.open(server)
     fields = b"".join(b"X-F%d: 1\r\n" % i for i in range(21))

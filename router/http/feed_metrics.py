@@ -19,7 +19,7 @@ fixed reason or a node of the fleet file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -47,14 +47,12 @@ class FeedCollector(Collector):
 
 
 def _telemetry(status: TelemetryStatus) -> Iterable[Metric]:
-    dropped = CounterMetricFamily(
+    yield _by_label(
         "gpurouter_telemetry_dropped",
         "Telemetry payloads dropped (malformed, oversized, of an older session...), by reason.",
-        labels=["reason"],
+        "reason",
+        status.drop_reasons,
     )
-    for reason, count in status.drop_reasons.items():
-        dropped.add_metric([reason], count)
-    yield dropped
     yield CounterMetricFamily(
         "gpurouter_telemetry_overflowed",
         "Telemetry messages discarded unread because the subscriber fell behind.",
@@ -65,14 +63,12 @@ def _telemetry(status: TelemetryStatus) -> Iterable[Metric]:
         "Messages on topics the telemetry subscriber did not ask for, unread.",
         status.ignored,
     )
-    lost = CounterMetricFamily(
+    yield _by_label(
         "gpurouter_telemetry_lost_samples",
         "GPU samples a node's sequence numbers skipped (lost by the broker or the network).",
-        labels=["node"],
+        "node",
+        {node.node: node.lost_samples for node in status.nodes},
     )
-    for node in status.nodes:
-        lost.add_metric([node.node], node.lost_samples)
-    yield lost
     yield GaugeMetricFamily(
         "gpurouter_telemetry_connected",
         "1 while the telemetry subscriber is connected to the broker.",
@@ -81,16 +77,21 @@ def _telemetry(status: TelemetryStatus) -> Iterable[Metric]:
 
 
 def _control(link: ControlLinkStatus) -> Iterable[Metric]:
-    dropped = CounterMetricFamily(
+    yield _by_label(
         "gpurouter_control_dropped",
         "Control messages dropped (unsigned, malformed, from the future...), by reason.",
-        labels=["reason"],
+        "reason",
+        link.refused,
     )
-    for reason, count in link.refused.items():
-        dropped.add_metric([reason], count)
-    yield dropped
     yield CounterMetricFamily(
         "gpurouter_control_stale",
         "Control messages older than the command applied on their slot (ignored).",
         link.stale,
     )
+
+
+def _by_label(name: str, documentation: str, label: str, counts: Mapping[str, int]) -> Metric:
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value, count in counts.items():
+        family.add_metric([value], count)
+    return family

@@ -233,6 +233,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._cancel_body_timer()
+        # What comes next on this connection is the next request's head: count it from its
+        # first read (on_message_begin fires only inside that read's parse).
+        self._in_head = True
+        self._head_bytes = 0
 
     def on_response_complete(self) -> None:
         self._waiting_since = time.monotonic()
