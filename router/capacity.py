@@ -14,7 +14,12 @@ at ``c`` over its throughput at saturation; so each request progresses at
 request is stamped with the integral when it starts, and when it completes its work and the
 share it had over its life are summed: work over shares is the rate at saturation, measured
 at whatever concurrency the replica ran, and a long request weighs in both sums, so the
-lengths' spread cancels. Both sums decay with ``TAU_S``.
+lengths' spread cancels. Both sums decay with ``TAU_S``. The work summed is the request's
+engine steps (a token generated each, a prefill chunk each), which is what its share of the
+engine pays for; the cost units strategies compare count a prompt token as half an output
+token, and in them a rare long prompt, done in a step or two, swung two identical cards'
+figures 0.97 and 1.21 apart. The steps' rate is turned into cost units by the mean cost per
+step of the requests the replica served.
 
 The efficiency curve is the one for the lengths the replica itself served (a strategy that
 sorts by size sends a slow card the short requests, which it batches far better than the
@@ -60,6 +65,7 @@ from router.load_curve import LoadCurve
 from router.perf.model import Deployment, WorkloadMix
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.replica import Replica
+from router.sim.engine import DEFAULT_MAX_BATCHED_TOKENS
 
 TAU_S = 60.0
 """Time constant of the measured rate: long enough that a steady load gives a steady figure
@@ -76,6 +82,9 @@ times the fleet's rate per unit of weight: with the weights left at 1 that is th
 average, which says nothing of this card, so a second of measurement outweighs it. (Two real
 engines 4x apart held that average for a fifth of their figure after 60 s: 0.7 and 1.2 of
 what each did.)"""
+CONFLICT = math.log(2.0)
+"""A well-measured card this far from its prior (a factor of 1.5) halves the prior's weight;
+within 10% (what the measurement's noise and the model's error span) it keeps ~95%."""
 OWN_FIT = 50
 """Completions on a replica before the model is run on the lengths it served."""
 SMOOTH_S = 15.0
@@ -89,8 +98,10 @@ CHANGE = 0.01
 DEFAULT_MIX = WorkloadMix(prompt_tokens=512.0, output_tokens=256.0)
 """The request shape assumed before any request has completed (lognormal, medians at 60% of
 these means: a typical chat trace's skew)."""
-SAMPLE = 512
-"""Recent requests' lengths the performance model is run on."""
+SAMPLE = 2048
+"""Recent requests' lengths the performance model is run on. A card whose KV cache holds a
+few dozen requests turns on the rare long prompts: 512 of the conv trace's lengths put its
+modelled rate 0.96-1.04 of the whole trace's by draw, 2,048 0.98-1.02."""
 MIN_SAMPLE = 50
 """Completions before the model is run on the lengths seen rather than the default shape."""
 DEFAULT_RATE_PER_WEIGHT = 1000.0
@@ -189,6 +200,12 @@ class MixTracker:
     @property
     def mix(self) -> WorkloadMix:
         return WorkloadMix(max(self.prompt, 0.0), max(self.output, 1.0))
+
+    def cost_per_effort(self) -> float:
+        """Mean cost over mean effort (``_effort``) of these requests: turns a rate in steps
+        into one in cost units (1 before any completion)."""
+        effort = _effort((self.prompt, self.output))
+        return self.cost / effort if self.cost > 0 and effort > 0 else 1.0
 
     def mean_cost(self, prompt_factor: float) -> float:
         """Mean cost of a request; before any completion, the default mix's."""
@@ -307,7 +324,7 @@ class ReplicaCapacity:
         last, self._last_completion = self._last_completion, now
         decay = 1.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
         share = max(self._share - mark, 0.0)
-        self._work = self._work * decay + cost
+        self._work = self._work * decay + _effort(lengths)
         self._shares = self._shares * decay + share
         self.completions = self.completions * decay + 1.0
         self.own.add(lengths[0], lengths[1], cost)
@@ -326,7 +343,7 @@ class ReplicaCapacity:
             at_batch = self.curve.rate_at(batch_size)
             if at_batch is not None:
                 return at_batch
-        return self._work / self._shares
+        return self._work / self._shares * self.own.cost_per_effort()
 
     def fitted(self) -> bool:
         """Whether the model at this replica's own mix is there to read its accounting by."""
@@ -348,10 +365,13 @@ class ReplicaCapacity:
         """A rate measured on this replica's own mix, carried to the fleet's mix by the
         model's ratio between the two (the card's speed from the measurement, how its
         throughput depends on the lengths from the model)."""
-        own, fleet = self.own_prior, self.prior.rate
-        if own is None or own.rate is None or fleet is None:
+        own, fleet = self.own_prior, self.prior
+        if own is None or own.rps is None or fleet.rps is None or self.own.cost <= 0:
             return measured
-        return measured * fleet / own.rate
+        # Through requests per second: the measurement is in units of the mean cost of what
+        # the replica served lately, the fleet's rates in those of the sample its model last
+        # ran on, and the two drift apart between model runs (5% read as 5% more speed).
+        return measured / self.own.cost * (fleet.rps / own.rps) * fleet.cost
 
     def refit_own(
         self,
@@ -515,7 +535,8 @@ class FleetCapacity:
         if measured is None:
             return prior, Source.PRIOR
         evidence = acc.evidence(now)
-        w = evidence / (evidence + _prior_evidence(acc.prior))
+        held = _prior_evidence(acc.prior)
+        w = evidence / (evidence + held * _agreement(measured, prior, evidence / held))
         source = Source.MEASURED if w >= 0.5 else Source.PRIOR
         return w * measured + (1.0 - w) * prior, source
 
@@ -607,6 +628,27 @@ class FleetCapacity:
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
             if d is not None:
                 acc.prior = priors[d] or acc.prior
+
+
+def _effort(lengths: tuple[float, float]) -> float:
+    """Engine steps a request takes part in: one per generated token, one per prefill chunk."""
+    prompt, output = lengths
+    return output + prompt / DEFAULT_MAX_BATCHED_TOKENS
+
+
+def _agreement(measured: float, prior: float, evidence: float) -> float:
+    """How much of its weight the prior keeps against a measurement with this much evidence
+    (in units of the prior's own): all of it where the two agree within what the model's
+    error and the measurement's noise span, little where they are much further apart. A card
+    measured well at a third of its model is throttled or misbuilt, not unlucky, and the
+    model's figure says nothing of it: a prior held at full weight kept such an H100 at half
+    its twin's rate after 90 s of measuring a third. The measurement's noise shrinks as its
+    evidence grows (variance as one over evidence, the prior's at ``evidence`` 1), so a
+    card with a few requests behind it is not judged on a wild first reading."""
+    if measured <= 0 or prior <= 0 or evidence <= 0:
+        return 1.0
+    gap = math.log(measured / prior) / (CONFLICT * math.sqrt(1.0 + 1.0 / evidence))
+    return 1.0 / (1.0 + gap * gap)
 
 
 def _prior_evidence(prior: Prior) -> float:

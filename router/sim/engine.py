@@ -21,6 +21,9 @@ from typing import Protocol
 
 BLOCK_TOKENS = 16
 """Tokens per KV-cache block (vLLM's default block size)."""
+DEFAULT_MAX_BATCHED_TOKENS = 8192
+"""Tokens one step processes at most, decode and prefill chunks together (vLLM's default
+``max_num_batched_tokens`` for online serving)."""
 
 
 class StepCost(Protocol):
@@ -65,7 +68,7 @@ class Engine:
         *,
         kv_capacity_tokens: int,
         max_num_seqs: int = 256,
-        max_batched_tokens: int = 8192,
+        max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     ) -> None:
         self.cost = cost
         self.kv_capacity = kv_capacity_tokens
