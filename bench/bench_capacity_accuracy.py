@@ -5,10 +5,10 @@
 
 Runs the default strategy at a steady load and reads the router's learned capacity of every
 replica (router/capacity.py) every ``--every`` simulated seconds from ``--after`` on. Prints,
-per replica, learned over true capacity at ``--after`` and at the end (true: what the
-simulator measures the replica sustaining alone on the trace's mix, ``fleet_capacity``), the
-largest move from one reading to the next, and the estimate's source. Seeded: the same
-arguments give the same table on any machine.
+per replica, learned over true capacity at ``--after``, at the end, and its lowest and highest
+over every reading (true: what the simulator measures the replica sustaining alone on the
+trace's mix, ``fleet_capacity``), the largest move from one reading to the next, and the
+estimate's source. Seeded: the same arguments give the same table on any machine.
 """
 
 from __future__ import annotations
@@ -56,15 +56,22 @@ def main() -> None:
         f"{args.fleet}, {strategy}, load {args.load:g}, conv mix; readings every "
         f"{args.every:g} s from {args.after:g} s to {args.duration:g} s"
     )
-    print(f"{'replica':<10} {'true r/s':>8} {'first':>6} {'last':>6} {'max move':>8}  source")
+    print(
+        f"{'replica':<10} {'true r/s':>8} {'first':>6} {'last':>6} {'low':>6} {'high':>6} "
+        f"{'max move':>8}  source"
+    )
     for rid, xs in readings.items():
         values = [v for v, _ in xs]
         moves = [abs(b - a) / a for a, b in itertools.pairwise(values) if a > 0]
+        ratios = [v / true[rid] for v in values]
         print(
-            f"{rid:<10} {true[rid]:>8.2f} {values[0] / true[rid]:>6.2f} "
-            f"{values[-1] / true[rid]:>6.2f} {max(moves, default=0.0):>8.3f}  {xs[-1][1]}"
+            f"{rid:<10} {true[rid]:>8.2f} {ratios[0]:>6.2f} {ratios[-1]:>6.2f} "
+            f"{min(ratios):>6.3f} {max(ratios):>6.3f} {max(moves, default=0.0):>8.3f}  {xs[-1][1]}"
         )
-    print("(first, last: learned over true; max move: largest change between two readings)")
+    print(
+        "(first, last, low, high: learned over true at the first and last reading, lowest and "
+        "highest over all; max move: largest change between two readings)"
+    )
 
 
 if __name__ == "__main__":
