@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,12 +150,16 @@ class Engine:
 
     def freeze(self) -> None:
         """Stop its compute process (SIGSTOP), as a hung GPU leaves it: the API server still
-        answers ``/health`` while nothing is generated."""
-        signal_processes([self.core_process()], signal.SIGSTOP)
+        answers ``/health`` while nothing is generated. Returns once /proc says it stopped."""
+        core = self.core_process()
+        signal_processes([core], signal.SIGSTOP)
+        _settle(lambda: (p := read_process(core.pid)) is None or p.state == "T")
 
     def thaw(self) -> None:
-        """Resume what ``freeze`` stopped (SIGCONT to each of its stopped processes)."""
+        """Resume what ``freeze`` stopped (SIGCONT to each of its stopped processes); returns
+        once none reads stopped."""
         signal_processes([p for p in self.members() if p.state == "T"], signal.SIGCONT)
+        _settle(lambda: all(p.state != "T" for p in self.members()))
 
     def kill_core(self) -> None:
         """Kill its compute process (SIGKILL), as a crash would."""
@@ -221,3 +225,14 @@ def wait_ready(engines: Sequence[Engine], timeout_s: float) -> None:
                 raise failure
         if waiting:
             time.sleep(_POLL_S)
+
+
+SETTLE_S = 2.0
+"""Longest wait for a signal to show in /proc: delivery is asynchronous, and a state read
+at once still said "running" about one time in three on a busy machine."""
+
+
+def _settle(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
