@@ -1,4 +1,6 @@
-"""``gpurouter console``: the live dashboard, with the router running in the same process."""
+"""``gpurouter console``: the live dashboard, with the router running in the same process
+(``--config FLEET``), or on a router running elsewhere, through its admin API (``--attach
+URL``, see :mod:`console.attach`)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,21 @@ from router.errors import GpuRouterError
 
 if TYPE_CHECKING:
     from console.app import ConsoleApp
+    from console.attach.backend import RemoteBackend
     from console.router_host import LocalRouter
 
 PROG = "gpurouter console"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="fleet YAML file")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="fleet YAML file: run the router in this process")
+    source.add_argument(
+        "--attach",
+        metavar="URL",
+        help="a running router's admin API (what `gpurouter ctl --admin` takes): watch it; "
+        "steer it with the token in $GPUROUTER_ADMIN_TOKEN (without one: read-only)",
+    )
     p.add_argument(
         "--theme",
         help="dark, light or high-contrast (default: the fleet file's console.theme)",
@@ -56,6 +66,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.refresh is not None and args.refresh <= 0:
             raise GpuRouterError(f"--refresh must be > 0, got {args.refresh}")
+        if args.attach is not None:
+            return _attached(args, err)
         check_listen_options(args)
         fleet = load_fleet(args.config)
         host = LocalRouter(
@@ -79,6 +91,51 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{PROG}: cannot start the router: {exc}\n")
         return 1
     return 0
+
+
+def _attached(args: argparse.Namespace, err: TextIO) -> int:
+    """The console on a router elsewhere; a wrong URL or token exits as ``ctl`` does."""
+    from console.ctl import CtlError
+
+    hosting = {"--no-telemetry": args.no_telemetry, "--listen": args.listen}
+    hosting["--admin-listen"] = args.admin_listen
+    given = [flag for flag, value in hosting.items() if value]
+    if given:
+        raise GpuRouterError(f"{', '.join(given)}: only with --config (the router runs elsewhere)")
+    try:
+        asyncio.run(_run_attached(args))
+    except CtlError as exc:
+        err.write(f"{PROG}: error: {exc}\n")
+        return exc.exit_code
+    return 0
+
+
+async def _run_attached(args: argparse.Namespace) -> None:
+    from console.app import ConsoleApp
+    from console.attach.backend import attach
+    from console.ctl.client import actor_name, token_from_environment
+
+    backend = await attach(
+        args.attach, token=token_from_environment(), actor=actor_name("attached-console")
+    )
+    try:
+        app = ConsoleApp(
+            backend, theme=args.theme, read_only=args.read_only, refresh_s=args.refresh
+        )
+    except BaseException:
+        await backend.stop()
+        raise
+    await _run_remote(app, backend)
+
+
+async def _run_remote(app: ConsoleApp, backend: RemoteBackend) -> None:
+    """The router's state is polled at the console's refresh interval, as it changes."""
+    backend.interval = lambda: app.refresh_s
+    await backend.start()
+    try:
+        await app.run_async()
+    finally:
+        await backend.stop()
 
 
 async def _run(app: ConsoleApp, host: LocalRouter) -> None:
