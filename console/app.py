@@ -10,7 +10,8 @@ any other router event, as a :class:`~console.messages.RouterEventRecorded` mess
 The router may run in this process or elsewhere (``--attach``): the app does not know which,
 but for two things the backend tells it. A backend with a ``refusal`` sends nothing (the
 console is read-only, and each command key says why); one with a ``link`` may lose its router,
-which the header then says, with the events pane noting each loss and return.
+which the header then says, with the events pane noting each loss and return, and each
+restart of the router before the events it numbers from 1 again.
 """
 
 from __future__ import annotations
@@ -245,14 +246,15 @@ class ConsoleApp(App[None]):
         self.query_one(ModelSummary).show(model_rows(snap.by_gpu_model, up), self.styles_now, force)
 
     def _note_link(self) -> None:
-        """A router elsewhere lost or back: once in the events pane and as a notification."""
+        """A router elsewhere lost, back or restarted: once each in the events pane and as a
+        notification."""
         link = self.backend.link
-        change = None if link is None else link.changed()
-        if change is None or link is None:
+        if link is None:
             return
-        tone = Tone.OK if link.up else Tone.BAD
-        self.query_one(EventsPane).add((("link ", Tone.DIM), (change, tone)), self.styles_now)
-        self.notify(change, severity="information" if link.up else "error")
+        while (change := link.changed()) is not None:
+            tone = Tone.OK if link.up else Tone.BAD
+            self.query_one(EventsPane).add((("link ", Tone.DIM), (change, tone)), self.styles_now)
+            self.notify(change, severity="information" if link.up else "error")
 
     # ---- router events (past tense) --------------------------------------------------------
 
@@ -260,6 +262,7 @@ class ConsoleApp(App[None]):
         self.post_message(RouterEventRecorded(event))
 
     def on_router_event_recorded(self, message: RouterEventRecorded) -> None:
+        self._note_link()  # a restart of the router is told before its new run's events
         self.query_one(EventsPane).add(event_line(message.event), self.styles_now)
 
     # ---- selection -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from console.app import ConsoleApp
 from console.attach.admin_http import AsyncAdmin
 from console.attach.backend import RemoteBackend, fetch_state
-from console.attach.events import EventCursor, follow_events
+from console.attach.events import EventCursor, Opened, follow_events
 from console.attach.link import Backoff, Link
 from console.attach.state import fleet_from_json
 from console.ctl.errors import UnreachableError
@@ -82,7 +82,7 @@ async def test_the_event_stream_resumes_after_the_last_event_delivered() -> None
     asked: list[int] = []
     batches = [[1, 2], [2, 3], []]
 
-    async def open_stream(since: int) -> AsyncIterator[dict[str, Any]]:
+    async def open_stream(since: int, _run: str | None) -> AsyncIterator[dict[str, Any]]:
         asked.append(since)
         for seq in batches[len(asked) - 1]:
             yield Event(seq, 0.0, "router", "state", {}, True, f"e{seq}").to_dict()
@@ -111,6 +111,56 @@ async def test_the_event_stream_resumes_after_the_last_event_delivered() -> None
     # Each stream gave events before it ended: the wait starts over; the empty one doubles it.
     assert waits == [0.5, 0.5, 1.0]
     assert lost == ["lost the connection", *["the router closed the event stream"] * 2]
+
+
+async def test_a_stream_in_a_new_run_starts_over_and_says_the_router_restarted() -> None:
+    """Resumed after event 5 of run ``a``, the stream answers in run ``b``: its events 1 and
+    2 are delivered, and the restart is heard before them; the next stream resumes in ``b``."""
+    asked: list[tuple[int, str | None]] = []
+
+    async def open_stream(since: int, run: str | None) -> AsyncIterator[Opened | dict[str, Any]]:
+        asked.append((since, run))
+        yield Opened("b")
+        for seq in (1, 2) if len(asked) == 1 else ():
+            yield Event(seq, 0.0, "router", "state", {}, True, f"e{seq}").to_dict()
+
+    delivered: list[str] = []
+
+    async def sleep(_seconds: float) -> None:
+        if len(asked) == 2:
+            raise asyncio.CancelledError
+
+    cursor = EventCursor(5, "a")
+    with pytest.raises(asyncio.CancelledError):
+        await follow_events(
+            open_stream,
+            cursor,
+            lambda e: delivered.append(f"{e.seq}"),
+            sleep=sleep,
+            restarted=lambda run: delivered.append(f"restarted {run}"),
+        )
+    assert asked == [(5, "a"), (2, "b")]
+    assert delivered == ["restarted b", "1", "2"]
+    assert (cursor.since, cursor.run) == (2, "b")
+
+
+def test_the_first_run_heard_of_is_no_restart() -> None:
+    cursor = EventCursor(3)
+    assert not cursor.opened("a")
+    assert (cursor.since, cursor.run) == (3, "a")
+    assert not cursor.opened(None)  # a router too old to name its run
+    assert cursor.opened("b")
+    assert (cursor.since, cursor.run) == (0, "b")
+
+
+def test_the_link_tells_a_restart_once_after_its_own_changes() -> None:
+    link = Link(URL, ManualClock(0.0))
+    link.failed("cannot connect")
+    link.answered()
+    link.restarted("b")
+    assert link.changed() == f"reconnected to {URL}"
+    assert link.changed() == f"router restarted: {URL} numbers its events from 1 (run b)"
+    assert link.changed() is None
 
 
 async def test_polls_back_off_while_the_router_is_away_and_return_to_the_refresh_rate() -> None:

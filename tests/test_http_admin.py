@@ -418,3 +418,27 @@ def test_state_lists_running_requests_only_when_asked() -> None:
         (r["request_id"], r["priority"], r["streaming"]) for v in running.values() for r in v
     )
     assert listed == [("q0", "high", True), ("q1", "low", False)]
+
+
+async def test_events_name_their_run_and_since_counts_in_the_run_it_names() -> None:
+    """A router numbers its events from 1 in each run: ``since`` from another run (before a
+    restart) asks for the whole trail; the state and every answer name the run."""
+    async with routed(SPECS[:1]) as (server, _):
+        server.control.apply(Drain("a"), actor="test")
+        run = server.control.run
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            state = (await admin.get("/admin/state")).json()
+            here = (await admin.get("/admin/events", params={"since": 1, "run": run})).json()
+            before = (await admin.get("/admin/events", params={"since": 1, "run": "old"})).json()
+            params: dict[str, str | int] = {"since": 1, "run": "old", "follow": 1}
+            params["format"] = "jsonl"
+            async with admin.stream("GET", "/admin/events", params=params) as stream:
+                header = stream.headers["x-gpurouter-run"]
+                first = json.loads(await anext(stream.aiter_lines()))
+    seqs = [e.seq for e in server.control.audit]
+    assert seqs[0] == 1
+    assert len(seqs) > 1
+    assert state["run"] == here["run"] == before["run"] == header == run
+    assert [e["seq"] for e in here["events"]] == seqs[1:]
+    assert [e["seq"] for e in before["events"]] == seqs
+    assert first["seq"] == 1

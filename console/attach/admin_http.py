@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from console.attach.events import Opened
 from console.ctl.client import (
     TOKEN_ENV,
     check_response,
@@ -22,6 +23,7 @@ from console.ctl.client import (
     translated,
 )
 from console.ctl.errors import AuthFailedError, BadValueError, UnreachableError
+from router.http.admin import RUN_HEADER
 
 __all__ = ["AsyncAdmin"]
 
@@ -71,10 +73,16 @@ class AsyncAdmin:
             self._check(response)
         return json_object(response, path)
 
-    async def follow(self, since: int) -> AsyncIterator[dict[str, Any]]:
-        """The audit trail after ``since``, then each event as it happens, until the router
-        ends the stream or the connection is lost (an :class:`UnreachableError`)."""
+    async def follow(
+        self, since: int, run: str | None = None
+    ) -> AsyncIterator[Opened | dict[str, Any]]:
+        """The run the router numbers its events in (:class:`Opened`, first), its audit trail
+        after ``since`` (counted in ``run``: all of it if the router is in another run), then
+        each event as it happens, until the router ends the stream or the connection is lost
+        (an :class:`UnreachableError`)."""
         params: dict[str, str | int] = {"since": since, "follow": 1, "format": "jsonl"}
+        if run is not None:
+            params["run"] = run
         # Events can be minutes apart: only connecting is bounded.
         timeout = httpx.Timeout(self.timeout_s, read=None)
         with translated(self.base_url, self.timeout_s):
@@ -84,6 +92,7 @@ class AsyncAdmin:
                 if response.status_code != 200:
                     await response.aread()
                     self._check(response)
+                yield Opened(response.headers.get(RUN_HEADER.decode()))
                 async for line in response.aiter_lines():
                     if line.strip():
                         yield _event(line)

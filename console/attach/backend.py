@@ -57,6 +57,7 @@ class RemoteBackend:
         backlog: list[Event],
         *,
         read_only: bool,
+        run: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         backoff: Backoff | None = None,
@@ -75,7 +76,8 @@ class RemoteBackend:
         self.sleep = sleep
         self.backoff = backoff or Backoff()
         self._audit: deque[Event] = deque(backlog, maxlen=AUDIT_KEPT)
-        self.cursor = EventCursor(max((e.seq for e in backlog), default=0))
+        self.cursor = EventCursor(max((e.seq for e in backlog), default=0), run)
+        """Where the event stream resumes: after the last event, in the backlog's run."""
         self._listeners: list[Callable[[Event], None]] = []
         self._decisions: list[Explanation] = []
         self._decisions_wanted = False
@@ -142,6 +144,7 @@ class RemoteBackend:
                     self._receive,
                     sleep=self.sleep,
                     backoff=self.backoff,
+                    restarted=self._restarted,
                 ),
                 name="attach-events",
             ),
@@ -184,6 +187,11 @@ class RemoteBackend:
             sleeping.cancel()
             woken.cancel()
 
+    def _restarted(self, run: str) -> None:
+        """The trail kept is the old run's: its numbers would mix with the new ones."""
+        self._audit.clear()
+        self.link.restarted(run)
+
     def _receive(self, event: Event) -> None:
         self._audit.append(event)
         for listener in list(self._listeners):
@@ -225,7 +233,8 @@ async def attach(
     try:
         fleet_data = await admin.get("/admin/fleet")
         state = await fetch_state(admin)
-        events = (await admin.get("/admin/events")).get("events")
+        trail = await admin.get("/admin/events")
+        events, run = trail.get("events"), trail.get("run")
         try:
             fleet = fleet_from_json(fleet_data)
             backlog = [rebuild(Event, e) for e in events] if isinstance(events, list) else []
@@ -234,4 +243,5 @@ async def attach(
     except BaseException:
         await admin.aclose()
         raise
-    return RemoteBackend(admin, fleet, state, backlog, read_only=not token, **options)
+    run = run if isinstance(run, str) else None  # a router too old to name its run
+    return RemoteBackend(admin, fleet, state, backlog, read_only=not token, run=run, **options)

@@ -1,7 +1,8 @@
 """Whether the attached router answers, and when to ask it again.
 
-Pure state on an injected clock: the poller reports each answer or failure, the console
-reads :meth:`Link.line` for its header and :meth:`Link.changed` for its events pane.
+Pure state on an injected clock: the poller reports each answer or failure, the event stream
+each restart of the router, the console reads :meth:`Link.line` for its header and
+:meth:`Link.changed` for its events pane.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Link:
         self.retry_at: float | None = None
         self._told = True
         """Whether the operator was told of the latest change (up or down)."""
+        self._restarts: list[str] = []
+        """Runs the router began since the operator was last told (each a restart)."""
 
     @property
     def up(self) -> bool:
@@ -67,6 +70,10 @@ class Link:
         self.retry_at = now + wait
         return wait
 
+    def restarted(self, run: str) -> None:
+        """The router answers in a new run: it restarted, and numbers its events from 1."""
+        self._restarts.append(run)
+
     def line(self) -> str | None:
         """``✖ disconnected 12s: <reason>; retrying in 3s`` while down; None while up."""
         if self.up or self.down_since is None:
@@ -79,8 +86,12 @@ class Link:
         )
 
     def changed(self) -> str | None:
-        """Once per change: what to tell the operator (lost, or back); None otherwise."""
+        """Once per change: what to tell the operator (lost, back, or restarted: ask again
+        until None, the link's own changes first); None otherwise."""
         if self._told:
+            if self._restarts:
+                run = self._restarts.pop(0)
+                return f"router restarted: {self.url} numbers its events from 1 (run {run})"
             return None
         self._told = True
         if self.up:

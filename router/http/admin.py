@@ -14,7 +14,10 @@
   cluster's desired state and the answer is this router's application of it, once it came
   back from the broker (504 if it did not in 5 s); every router of the cluster applies it.
 - ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
-  events as SSE, or as JSON lines with ``?format=jsonl``.
+  events as SSE, or as JSON lines with ``?format=jsonl``. Events are numbered from 1 in each
+  run of the router: the answer names its run (``run`` in the JSON, the ``X-Gpurouter-Run``
+  header on a stream, ``run`` in ``/admin/state`` too), and ``?run=RUN`` says which run
+  ``since`` counts in: a router in another run (it restarted) answers its whole trail.
 - ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
@@ -68,9 +71,11 @@ from router.http.responses import OTHER_ADMIN_ROUTE
 from router.in_flight import in_flight
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["AdminApi", "admin_token", "fleet_shape"]
+__all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape"]
 
 MAX_COMMAND_BYTES = 65536
+RUN_HEADER = b"x-gpurouter-run"
+"""Names the run an event stream's numbers count in (the control surface's ``run``)."""
 ROUTES = frozenset(
     ("/admin/state", "/admin/fleet", "/admin/commands", "/admin/events", "/admin/decisions")
 )
@@ -183,6 +188,7 @@ class AdminApi:
         engine metrics' poll status and what each replica said it serves; ``running``: and
         the requests on each replica."""
         data = self.core.snapshot().to_dict()
+        data["run"] = self.control.run
         if running:
             data["running"] = {
                 r.id: [dataclasses.asdict(i) for i in in_flight(self.core, r)]
@@ -234,9 +240,12 @@ class AdminApi:
 
     async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:
         since = _int(query, "since", 0)
+        run = self.control.run
+        if query.get("run", run) != run:
+            since = 0  # counted in a run before this router restarted: all of this run is new
         backlog = [e for e in self.control.audit if e.seq > since]
         if not _flag(query, "follow"):
-            await send_json(send, 200, {"events": [e.to_dict() for e in backlog]})
+            await send_json(send, 200, {"run": run, "events": [e.to_dict() for e in backlog]})
             return
         jsonl = query.get("format") == "jsonl"
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -249,7 +258,11 @@ class AdminApi:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
+                    "headers": [
+                        (b"content-type", content_type),
+                        (b"cache-control", b"no-cache"),
+                        (RUN_HEADER, run.encode()),
+                    ],
                 }
             )
             for old in backlog:
