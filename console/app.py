@@ -29,6 +29,7 @@ from textual.timer import Timer
 
 from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
 from console.backend import Backend
+from console.cluster.screen import ClusterScreen
 from console.commands import ConsoleCommands
 from console.messages import FilterClosed, RouterEventRecorded
 from console.screens.confirm import ConfirmScreen
@@ -291,6 +292,9 @@ class ConsoleApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "run_registered" and parameters:
             spec = BY_ID.get(str(parameters[0]))
+            if spec is not None and spec.broker and self.backend.cluster is None:
+                return False  # this console watches no broker: the key is not its
+
             # Attached without a token the keys stay live: each says why it sends nothing.
             if spec is not None and self.read_only and spec.mutates and not self.backend.refusal:
                 return None  # shown greyed, key disabled
@@ -317,6 +321,7 @@ class ConsoleApp(App[None]):
             "help": self._help,
             "palette": self.action_command_palette,
             "strategy": self._pick_strategy,
+            "cluster": self._show_cluster,
             "filter": self._open_filter,
             "sort": self._cycle_sort,
             "theme": self._cycle_theme,
@@ -346,6 +351,15 @@ class ConsoleApp(App[None]):
             }
             self._confirm_then_apply(action_id, replica, commands[action_id])
 
+    def _show_cluster(self) -> None:
+        cluster = self.backend.cluster
+        if cluster is None:  # the palette and the key offer it only where there is one
+            return
+        hint = "Esc or c closes · commands go through the attached router"
+        self.push_screen(
+            ClusterScreen(cluster, refresh_s=self.refresh_s, hint=hint, live=self.live)
+        )
+
     def _help(self) -> None:
         # Built once and kept: composing and styling a new screen on each press was most of
         # the time from ``?`` to the help on screen.
@@ -356,6 +370,7 @@ class ConsoleApp(App[None]):
                 read_only=self.read_only,
                 front_url=self.backend.front_url,
                 admin_url=self.backend.admin_url,
+                broker=self.backend.cluster is not None,
             )
             self.install_screen(help_screen, _HELP)
         self.push_screen(_HELP)

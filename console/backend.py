@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from console.attach.link import Link
 from router.config.schema import FleetConfig
@@ -26,6 +26,9 @@ from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import DISABLED, TelemetryStatus
+
+if TYPE_CHECKING:
+    from console.cluster.watch import ClusterWatch
 
 GpuKey = tuple[str, int]
 """A GPU: its node's name and its NVML index on that node."""
@@ -62,6 +65,11 @@ class Backend(Protocol):
     @property
     def link(self) -> Link | None:
         """The connection to a router elsewhere; None for a router in this process."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterWatch | None:
+        """The cluster's broker, watched (``--broker``); None when none is."""
         ...
 
     def snapshot(self) -> FleetSnapshot: ...
@@ -126,6 +134,7 @@ class ConsoleBackend:
 
     refusal: str | None = None
     link: Link | None = None
+    cluster: ClusterWatch | None = None
 
     @property
     def fleet(self) -> FleetConfig:

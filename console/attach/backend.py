@@ -24,6 +24,7 @@ from console.attach.link import Backoff, Link
 from console.attach.rebuild import rebuild
 from console.attach.state import RemoteState, fleet_from_json, state_from_json
 from console.backend import GpuKey, samples_from
+from console.cluster.watch import ClusterWatch
 from console.ctl.client import TOKEN_ENV
 from console.ctl.errors import UnreachableError
 from router.config.schema import FleetConfig
@@ -62,6 +63,7 @@ class RemoteBackend:
         sleep: Sleep = asyncio.sleep,
         backoff: Backoff | None = None,
         interval: Callable[[], float] = lambda: 1.0,
+        cluster: ClusterWatch | None = None,
     ) -> None:
         self.admin = admin
         self.fleet = fleet
@@ -73,6 +75,8 @@ class RemoteBackend:
         self.interval = interval
         """Seconds between polls: the console sets its refresh interval here."""
         self.state = first
+        self.cluster = cluster
+        """The cluster's broker, when watched too: the GPUs' telemetry comes from it."""
         self.sleep = sleep
         self.backoff = backoff or Backoff()
         self._audit: deque[Event] = deque(backlog, maxlen=AUDIT_KEPT)
@@ -90,6 +94,10 @@ class RemoteBackend:
         return self.state.snapshot
 
     def telemetry(self) -> TelemetryStatus:
+        # The admin state carries the router's feed, if it has one; the broker carries every
+        # node's, whatever the router runs.
+        if self.cluster is not None:
+            return self.cluster.telemetry()
         return self.state.telemetry
 
     def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]:
@@ -135,6 +143,8 @@ class RemoteBackend:
     # ---- running ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.start()
         self._tasks = [
             asyncio.create_task(self.poll_forever(), name="attach-poll"),
             asyncio.create_task(
@@ -157,6 +167,8 @@ class RemoteBackend:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.admin.aclose()
 
     async def poll(self) -> float:
