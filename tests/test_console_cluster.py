@@ -124,6 +124,14 @@ async def test_broker_alone_shows_the_routers_and_nodes_and_counts_what_it_dropp
                 row = row_of(screen.routers_shown, ROUTER)
                 assert row is not None
                 assert row[9] == "weight/h100-0 applied"
+
+                def event_shown(s: ClusterScreen) -> bool:
+                    return any(
+                        r[0] == ROUTER and "mqtt:alice@router-a: h100-0: weight" in r[1]
+                        for r in s.events_shown
+                    )
+
+                await until(showing(screen, event_shown), what="the router's audit event")
                 await publish_junk(mqtt_broker.url, config.cluster)
 
                 def junk_counted(s: ClusterScreen) -> bool:

@@ -10,8 +10,10 @@ import pytest
 
 from router import ManualClock, RouterCore
 from router.config.schema import FleetConfig
+from router.control import Event
 from router.telemetry import router_watch, subscriber
 from router.telemetry.control_messages import Ack
+from router.telemetry.router_events import encode_event
 from router.telemetry.router_stats import decode_stats, encode_stats
 from router.telemetry.router_watch import RouterWatch
 from router.telemetry.schema import GpuBatch, GpuSample, PayloadError, encode
@@ -76,16 +78,26 @@ def test_junk_and_a_router_speaking_for_another_are_dropped_and_counted() -> Non
     w.handle(TOPICS.router_stats("r-1"), b"{nope")
     w.handle(TOPICS.router_stats("r-2"), stats_of("r-1"))
     w.handle(TOPICS.acks("r-3"), b'{"slot": 1}')
-    w.handle(TOPICS.events, b"anything")  # not a topic the watch asked for: ignored
+    w.handle(TOPICS.acks("r-3"), b"[]")
+    w.handle(TOPICS.events, b'{"v": 1, "router": "r-1", "seq": "one"}')
+    w.handle(TOPICS.status("n-1"), b"anything")  # not a topic the watch asked for: ignored
     status = w.status()
-    assert status.routers == ()
+    assert (status.routers, status.events) == ((), ())
     assert status.drop_reasons == {
         "malformed_stats": 1,
         "wrong_router": 1,
-        "malformed_ack": 1,
+        "malformed_ack": 2,
+        "malformed_event": 1,
         "too_many_routers": 0,
     }
-    assert status.last_error == "malformed_ack: r-3: not an acknowledgement"
+    assert status.last_error == "malformed_event: router, seq: expected a name and an integer"
+
+
+def test_the_routers_events_are_read_back_as_their_router_wrote_them() -> None:
+    w = watch(ManualClock())
+    event = Event(3, 17.5, "mqtt:alice", "drain", {"replica": "a"}, True, "a: draining")
+    w.handle(TOPICS.events, encode_event("r-1", event))
+    assert w.status().events == (("r-1", event),)
 
 
 def test_router_ids_without_end_cannot_grow_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """The cluster screen: every router and every node of the cluster, as its broker tells.
 
-Two tables under a line of totals (broker connection, routers and nodes heard, payloads
-dropped by reason), redrawn at the console's refresh interval. Pushed over the dashboard of
+Three tables (routers, nodes, the routers' latest events) under a line of totals (broker
+connection, routers and nodes heard, payloads dropped by reason), redrawn at the console's
+refresh interval. Pushed over the dashboard of
 an attached console (``c``; Esc closes it), or the whole of ``gpurouter console --broker``.
 """
 
@@ -14,7 +15,15 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from console.cluster.view import NODE_COLUMNS, ROUTER_COLUMNS, node_rows, router_rows, summary
+from console.cluster.view import (
+    EVENT_COLUMNS,
+    NODE_COLUMNS,
+    ROUTER_COLUMNS,
+    event_rows,
+    node_rows,
+    router_rows,
+    summary,
+)
 from console.cluster.watch import ClusterWatch
 
 __all__ = ["ClusterScreen"]
@@ -22,7 +31,7 @@ __all__ = ["ClusterScreen"]
 
 class ClusterScreen(Screen[None]):
     DEFAULT_CSS = """
-    ClusterScreen DataTable { height: auto; max-height: 50%; }
+    ClusterScreen DataTable { height: auto; max-height: 33%; }
     ClusterScreen .title { text-style: bold; margin-top: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -42,6 +51,7 @@ class ClusterScreen(Screen[None]):
         self.summary_shown = ""
         self.routers_shown: list[tuple[str, ...]] = []
         self.nodes_shown: list[tuple[str, ...]] = []
+        self.events_shown: list[tuple[str, ...]] = []
 
     def compose(self) -> ComposeResult:
         yield Static(id="cluster-summary")
@@ -49,11 +59,14 @@ class ClusterScreen(Screen[None]):
         yield DataTable(id="routers", cursor_type="row", zebra_stripes=True)
         yield Static("Nodes", classes="title")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        yield Static("Events of the routers", classes="title")
+        yield DataTable(id="events", cursor_type="row", zebra_stripes=True)
         yield Static(self.hint, id="cluster-hint")
 
     def on_mount(self) -> None:
         self.query_one("#routers", DataTable).add_columns(*ROUTER_COLUMNS)
         self.query_one("#nodes", DataTable).add_columns(*NODE_COLUMNS)
+        self.query_one("#events", DataTable).add_columns(*EVENT_COLUMNS)
         self.refresh_view()
         if self.live:
             self.set_interval(self.refresh_s, self.refresh_view, name="cluster-refresh")
@@ -63,8 +76,11 @@ class ClusterScreen(Screen[None]):
         nodes, routers = self.cluster.telemetry(), self.cluster.routers()
         self.summary_shown = summary(nodes, routers)
         self.routers_shown, self.nodes_shown = router_rows(routers), node_rows(nodes)
+        self.events_shown = event_rows(routers)
         self.query_one("#cluster-summary", Static).update(self.summary_shown)
-        for table_id, rows in (("#routers", self.routers_shown), ("#nodes", self.nodes_shown)):
+        tables = {"#routers": self.routers_shown, "#nodes": self.nodes_shown}
+        tables["#events"] = self.events_shown
+        for table_id, rows in tables.items():
             table = self.query_one(table_id, DataTable)
             table.clear()
             table.add_rows(rows)

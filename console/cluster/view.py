@@ -1,16 +1,26 @@
 """The cluster screen's content as plain text: a line of totals, a row per router, a row per
-GPU (or per node that has sent no GPU yet). Pure: status in, strings out."""
+GPU (or per node that has sent no GPU yet), a row per event of the routers' audit trails,
+newest first, written as the events pane writes them. Pure: status in, strings out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from console.view.events import event_line
 from console.view.format import NONE, duration, number, pct, rate
 from router.telemetry.control_messages import Ack
 from router.telemetry.router_watch import RouterFeed, RoutersStatus
 from router.telemetry.status import NodeFeed, TelemetryStatus
 
-__all__ = ["NODE_COLUMNS", "ROUTER_COLUMNS", "node_rows", "router_rows", "summary"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "NODE_COLUMNS",
+    "ROUTER_COLUMNS",
+    "event_rows",
+    "node_rows",
+    "router_rows",
+    "summary",
+]
 
 ROUTER_COLUMNS = (
     "router",
@@ -25,6 +35,8 @@ ROUTER_COLUMNS = (
     "last command",
 )
 NODE_COLUMNS = ("node", "state", "seen", "gpu", "name", "util", "mem", "temp", "power")
+EVENT_COLUMNS = ("router", "event")
+EVENTS_SHOWN = 20
 
 Row = tuple[str, ...]
 
@@ -70,6 +82,12 @@ def node_rows(status: TelemetryStatus) -> list[Row]:
                 )
             )
     return rows
+
+
+def event_rows(status: RoutersStatus) -> list[Row]:
+    """The newest :data:`EVENTS_SHOWN` events first."""
+    newest = status.events[::-1][:EVENTS_SHOWN]
+    return [(router, "".join(text for text, _ in event_line(e))) for router, e in newest]
 
 
 def _router(feed: RouterFeed) -> Row:

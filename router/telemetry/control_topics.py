@@ -46,7 +46,6 @@ period and every audit event on ``events``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -90,6 +89,7 @@ from router.telemetry.control_messages import (
 )
 from router.telemetry.control_publisher import ControlPublisher, publish_command
 from router.telemetry.desired_state import DesiredStateFile, state_path
+from router.telemetry.router_events import encode_event
 from router.telemetry.router_stats import encode_stats
 from router.telemetry.status import ControlLinkStatus
 from router.telemetry.topics import Topics, check_level
@@ -545,5 +545,4 @@ class ControlLink:
             self._events_ready.clear()
             while self._events:
                 event = self._events.popleft()
-                body = {"v": CONTROL_VERSION, "router": self.router_id, **event.to_dict()}
-                await publish(client, topic, json.dumps(body, default=str).encode(), qos=1)
+                await publish(client, topic, encode_event(self.router_id, event), qos=1)

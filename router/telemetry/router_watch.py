@@ -1,10 +1,11 @@
-"""The cluster's routers as their messages on the broker show them: stats and acknowledgements.
+"""The cluster's routers as their messages on the broker show them: stats, acks, events.
 
 :class:`RouterWatch` subscribes to ``routers/+/stats`` (each router's queue and replicas,
-every second) and ``control/acks/+`` (what each router did with each desired-state command)
-of one cluster, and keeps, per router, its latest stats, when they arrived (on the watcher's
-own clock: a router with a wrong clock cannot look fresh), and the commands it applied or
-refused. It publishes nothing and steers nothing: ``gpurouter console --broker`` reads it.
+every second), ``control/acks/+`` (what each router did with each desired-state command) and
+``events`` (every router's audit trail) of one cluster, and keeps, per router, its latest
+stats, when they arrived (on the watcher's own clock: a router with a wrong clock cannot
+look fresh), and the commands it applied or refused, and the cluster's latest events. It
+publishes nothing and steers nothing: ``gpurouter console --broker`` reads it.
 
 A payload that is not a router's stats or acknowledgement is dropped and counted by reason
 (:data:`DROP_REASONS`), never raised; a stats message whose ``router`` is not its topic's is
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import aiomqtt
 
 from router.clock import Clock
+from router.control import Event
 from router.telemetry.connection import (
     Backoff,
     BrokerTarget,
@@ -32,6 +34,7 @@ from router.telemetry.connection import (
     subscribe,
 )
 from router.telemetry.control_messages import Ack, decode_ack
+from router.telemetry.router_events import decode_event
 from router.telemetry.router_stats import RouterStats, decode_stats
 from router.telemetry.schema import PayloadError
 from router.telemetry.status import BrokerState
@@ -47,7 +50,15 @@ MAX_ROUTERS = 1024
 """Routers watched at most: junk router ids cannot grow the watcher without end."""
 ACKS_KEPT = 8
 """Latest acknowledgements kept per router."""
-DROP_REASONS = ("malformed_stats", "malformed_ack", "wrong_router", "too_many_routers")
+EVENTS_KEPT = 100
+"""Latest events kept, of every router together."""
+DROP_REASONS = (
+    "malformed_stats",
+    "malformed_ack",
+    "malformed_event",
+    "wrong_router",
+    "too_many_routers",
+)
 """Why a message was dropped (``RoutersStatus.drop_reasons``)."""
 
 
@@ -77,6 +88,8 @@ class RoutersStatus:
     broker: BrokerState
     broker_url: str | None
     routers: tuple[RouterFeed, ...] = ()
+    events: tuple[tuple[str, Event], ...] = ()
+    """The latest audit events of every router (its id and the event), oldest first."""
     drop_reasons: Mapping[str, int] = field(default_factory=dict)
     last_error: str | None = None
     """Why the latest dropped message was dropped."""
@@ -112,6 +125,7 @@ class RouterWatch:
         self.clock = clock
         self.backoff = backoff or Backoff(base_s=0.2, cap_s=10.0)
         self._routers: dict[str, _Router] = {}
+        self._events: deque[tuple[str, Event]] = deque(maxlen=EVENTS_KEPT)
         self._drops = dict.fromkeys(DROP_REASONS, 0)
         self._last_error: str | None = None
         self._state = BrokerState.CONNECTING
@@ -150,6 +164,7 @@ class RouterWatch:
     async def _receive(self, client: aiomqtt.Client) -> None:
         await subscribe(client, self.topics.all_router_stats, qos=0)
         await subscribe(client, self.topics.all_acks, qos=1)
+        await subscribe(client, self.topics.events, qos=1)
         async for message in client.messages:
             try:
                 self.handle(message.topic.value, message.payload)
@@ -159,7 +174,11 @@ class RouterWatch:
     # ---- messages --------------------------------------------------------------------------
 
     def handle(self, topic: str, payload: object) -> None:
-        """Note one router's stats or acknowledgement; drops and counts anything wrong."""
+        """Note one router's stats, acknowledgement or event; drops and counts anything
+        wrong."""
+        if topic == self.topics.events:
+            self._event(payload)
+            return
         parsed = self.topics.parse_router(topic)
         if parsed is None:
             return  # not a topic this watch asked for
@@ -181,6 +200,12 @@ class RouterWatch:
         router = self._router(name)
         if router is not None:
             router.stats, router.received_at = stats, self.clock()
+
+    def _event(self, payload: object) -> None:
+        try:
+            self._events.append(decode_event(payload))
+        except PayloadError as exc:
+            self._drop("malformed_event", exc.reason)
 
     def _ack(self, name: str, payload: object) -> None:
         ack = decode_ack(payload)
@@ -217,6 +242,7 @@ class RouterWatch:
             broker=self._state,
             broker_url=self.target.url,
             routers=tuple(_feed(r, now) for r in sorted(self._routers.values(), key=_by_name)),
+            events=tuple(self._events),
             drop_reasons=dict(self._drops),
             last_error=self._last_error,
         )
