@@ -6,7 +6,9 @@ URL or token is one clear error before the console draws. :class:`RemoteBackend`
 sends commands with ``POST /admin/commands``. Between polls the console reads the last state
 received; while the router does not answer, :class:`~console.attach.link.Link` says so and
 the poller asks again after a growing wait, so a router that goes away never stops the
-console, and one that comes back is picked up.
+console, and one that comes back is picked up. With ``--broker`` a
+:class:`~console.cluster.watch.ClusterWatch` runs beside it, and the GPUs' telemetry comes
+from the broker.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console.attach.admin_http import AsyncAdmin
 from console.attach.events import EventCursor, follow_events
@@ -24,7 +26,6 @@ from console.attach.link import Backoff, Link
 from console.attach.rebuild import rebuild
 from console.attach.state import RemoteState, fleet_from_json, state_from_json
 from console.backend import GpuKey, samples_from
-from console.cluster.watch import ClusterWatch
 from console.ctl.client import TOKEN_ENV
 from console.ctl.errors import UnreachableError
 from router.config.schema import FleetConfig
@@ -35,6 +36,9 @@ from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import TelemetryStatus
+
+if TYPE_CHECKING:
+    from console.cluster.watch import ClusterWatch
 
 __all__ = ["NO_TOKEN", "RemoteBackend", "attach"]
 
