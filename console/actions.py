@@ -36,6 +36,9 @@ class Action:
     """Acts on the replica selected in the fleet table (or named in the palette)."""
     footer: bool = True
     """Shown in the footer (the rest are in the help screen and the palette)."""
+    broker: bool = False
+    """Offered only by a console watching a cluster's broker (``--broker``): elsewhere it is
+    absent from the keys, the help screen and the palette."""
 
 
 ACTIONS: tuple[Action, ...] = (
@@ -125,6 +128,14 @@ ACTIONS: tuple[Action, ...] = (
         target=True,
         footer=False,
     ),
+    Action(
+        "cluster",
+        "Cluster",
+        "Show every router and node of the cluster, as its broker tells (--broker)",
+        "c",
+        footer=False,
+        broker=True,
+    ),
     Action("filter", "Filter", "Filter rows by replica, node, GPU model or state", "slash"),
     Action("sort", "Sort", "Cycle the fleet table's sort order", "o", footer=False),
     Action("theme", "Theme", "Switch to the next theme", "t", footer=False),
@@ -203,6 +214,11 @@ def bindings(keys: Mapping[str, str]) -> list[Binding]:
     ]
 
 
-def visible(read_only: bool) -> list[Action]:
-    """The actions a console offers in its palette: all of them, or only watching ones."""
-    return [a for a in ACTIONS if not (read_only and a.mutates)]
+def offered(broker: bool) -> list[Action]:
+    """The actions a console has: those needing a broker only where it watches one."""
+    return [a for a in ACTIONS if broker or not a.broker]
+
+
+def visible(read_only: bool, broker: bool = False) -> list[Action]:
+    """The actions a console offers in its palette: all it has, or only watching ones."""
+    return [a for a in offered(broker) if not (read_only and a.mutates)]

@@ -6,12 +6,19 @@ functions in :mod:`console.view`) and hands them to the widgets, which redraw on
 changed. Every control goes through the backend to the router's control surface, which
 validates it and writes the audit trail; the result comes back as a notification and, like
 any other router event, as a :class:`~console.messages.RouterEventRecorded` message.
+
+The router may run in this process or elsewhere (``--attach``): the app does not know which,
+but for two things the backend tells it. A backend with a ``refusal`` sends nothing (the
+console is read-only, and each command key says why); one with a ``link`` may lose its router,
+which the header then says, with the events pane noting each loss and return, and each
+restart of the router before the events it numbers from 1 again.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
@@ -21,7 +28,8 @@ from textual.signal import Signal
 from textual.timer import Timer
 
 from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
-from console.backend import ConsoleBackend
+from console.backend import Backend
+from console.cluster.screen import ClusterScreen
 from console.commands import ConsoleCommands
 from console.messages import FilterClosed, RouterEventRecorded
 from console.screens.confirm import ConfirmScreen
@@ -56,7 +64,7 @@ from router.control import (
     SetWeight,
     Undrain,
 )
-from router.errors import ConfigError, Problem
+from router.errors import ConfigError, GpuRouterError, Problem
 from router.snapshot import FleetSnapshot
 from router.telemetry.status import TelemetryStatus
 from themes import CSS_PATHS, DEFAULT, THEMES
@@ -88,15 +96,15 @@ class ConsoleApp(App[None]):
 
     def __init__(
         self,
-        backend: ConsoleBackend,
+        backend: Backend,
         *,
         theme: str | None = None,
         read_only: bool = False,
         refresh_s: float | None = None,
         auto_refresh: bool = True,
     ) -> None:
-        config = backend.core.fleet.console
-        source = backend.core.fleet.source
+        config = backend.fleet.console
+        source = backend.fleet.source
         self.keys = resolve_keys(config.keys, source)
         chosen = theme or config.theme or DEFAULT
         if chosen not in THEMES:
@@ -113,8 +121,8 @@ class ConsoleApp(App[None]):
             )
         super().__init__()
         self.backend = backend
-        self.fleet = backend.core.fleet
-        self.read_only = read_only
+        self.fleet = backend.fleet
+        self.read_only = read_only or backend.refusal is not None
         self.refresh_s = refresh_s or config.refresh_s
         self.live = auto_refresh
         """Refresh on a timer; tests and screenshots turn it off and call refresh_data()."""
@@ -155,7 +163,7 @@ class ConsoleApp(App[None]):
         gc.set_threshold(*GC_THRESHOLDS)  # put back on unmount
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self._apply_theme_class(self.theme)
-        self._unsubscribe = self.backend.control.subscribe(self._on_router_event)
+        self._unsubscribe = self.backend.subscribe(self._on_router_event)
         for event in self.backend.audit()[-20:]:
             self.query_one(EventsPane).add(event_line(event), self.styles_now)
         for note in self.backend.notes:
@@ -199,6 +207,7 @@ class ConsoleApp(App[None]):
                 )
         self.last_snapshot, self.last_status, self.last_rows = snap, status, rows
         self.last_service = service(rows)
+        self._note_link()
         self._draw()
         now = watch(snap, status, self.last_service, self._watch)
         for text, tone in alerts(self._watch, now):
@@ -210,7 +219,13 @@ class ConsoleApp(App[None]):
         snap, status = self.last_snapshot, self.last_status
         if snap is None or status is None:
             return
-        modes = Modes(read_only=self.read_only, paused=self.paused, refresh_s=self.refresh_s)
+        link = self.backend.link
+        modes = Modes(
+            read_only=self.read_only,
+            paused=self.paused,
+            refresh_s=self.refresh_s,
+            link=None if link is None else link.line(),
+        )
         self.query_one(DashboardHeader).show(
             header_lines(snap, status, modes, self.last_service), self.styles_now, force
         )
@@ -231,12 +246,24 @@ class ConsoleApp(App[None]):
         up = up_by_model(snap, self.last_service)
         self.query_one(ModelSummary).show(model_rows(snap.by_gpu_model, up), self.styles_now, force)
 
+    def _note_link(self) -> None:
+        """A router elsewhere lost, back or restarted: once each in the events pane and as a
+        notification."""
+        link = self.backend.link
+        if link is None:
+            return
+        while (change := link.changed()) is not None:
+            tone = Tone.OK if link.up else Tone.BAD
+            self.query_one(EventsPane).add((("link ", Tone.DIM), (change, tone)), self.styles_now)
+            self.notify(change, severity="information" if link.up else "error")
+
     # ---- router events (past tense) --------------------------------------------------------
 
     def _on_router_event(self, event: Event) -> None:
         self.post_message(RouterEventRecorded(event))
 
     def on_router_event_recorded(self, message: RouterEventRecorded) -> None:
+        self._note_link()  # a restart of the router is told before its new run's events
         self.query_one(EventsPane).add(event_line(message.event), self.styles_now)
 
     # ---- selection -------------------------------------------------------------------------
@@ -245,7 +272,7 @@ class ConsoleApp(App[None]):
         return self.query_one(FleetTable).selected_replica()
 
     def replica_ids(self) -> list[str]:
-        return [r.id for r in self.backend.core.fleet.replicas]
+        return [r.id for r in self.backend.fleet.replicas]
 
     def select_replica(self, replica: str) -> bool:
         """Put the cursor on the replica's first GPU row; False if it is not shown."""
@@ -265,7 +292,11 @@ class ConsoleApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "run_registered" and parameters:
             spec = BY_ID.get(str(parameters[0]))
-            if spec is not None and self.read_only and spec.mutates:
+            if spec is not None and spec.broker and self.backend.cluster is None:
+                return False  # this console watches no broker: the key is not its
+
+            # Attached without a token the keys stay live: each says why it sends nothing.
+            if spec is not None and self.read_only and spec.mutates and not self.backend.refusal:
                 return None  # shown greyed, key disabled
         return True
 
@@ -276,11 +307,8 @@ class ConsoleApp(App[None]):
         """Run a registry action, on ``replica`` or the selected one where it targets one."""
         spec = BY_ID[action_id]
         if spec.mutates and self.read_only:
-            self.notify(
-                f"read-only console: {spec.title.lower()} refused",
-                severity="warning",
-                title="refused",
-            )
+            why = self.backend.refusal or "read-only console"
+            self.notify(f"{why}: {spec.title.lower()} refused", severity="warning", title="refused")
             return
         if spec.target:
             replica = replica or self.selected_replica()
@@ -293,6 +321,7 @@ class ConsoleApp(App[None]):
             "help": self._help,
             "palette": self.action_command_palette,
             "strategy": self._pick_strategy,
+            "cluster": self._show_cluster,
             "filter": self._open_filter,
             "sort": self._cycle_sort,
             "theme": self._cycle_theme,
@@ -322,6 +351,15 @@ class ConsoleApp(App[None]):
             }
             self._confirm_then_apply(action_id, replica, commands[action_id])
 
+    def _show_cluster(self) -> None:
+        cluster = self.backend.cluster
+        if cluster is None:  # the palette and the key offer it only where there is one
+            return
+        hint = "Esc or c closes · commands go through the attached router"
+        self.push_screen(
+            ClusterScreen(cluster, refresh_s=self.refresh_s, hint=hint, live=self.live)
+        )
+
     def _help(self) -> None:
         # Built once and kept: composing and styling a new screen on each press was most of
         # the time from ``?`` to the help on screen.
@@ -332,12 +370,13 @@ class ConsoleApp(App[None]):
                 read_only=self.read_only,
                 front_url=self.backend.front_url,
                 admin_url=self.backend.admin_url,
+                broker=self.backend.cluster is not None,
             )
             self.install_screen(help_screen, _HELP)
         self.push_screen(_HELP)
 
     def _pick_strategy(self) -> None:
-        current = self.backend.core.strategy.name
+        current = (self.last_snapshot or self.backend.snapshot()).strategy
 
         def chosen(name: str | None) -> None:
             if name is not None and name != current:
@@ -421,15 +460,31 @@ class ConsoleApp(App[None]):
             lines.append(((f"Apply {spec.title.lower()} anyway?", Tone.NORMAL),))
         return lines
 
-    def apply(self, command: Command) -> Event:
-        """Through the control surface; the result is notified and the view redrawn."""
-        event = self.backend.apply(command)
+    def apply(self, command: Command) -> None:
+        """Through the control surface; the result is notified and the view redrawn.
+
+        In-process the event is there at once; a router elsewhere answers later, in a worker,
+        so the keys stay live while it does."""
+        outcome = self.backend.apply(command)
+        if inspect.isawaitable(outcome):
+            self.run_worker(self._applied_later(outcome), group="commands", exit_on_error=False)
+        else:
+            self._applied(outcome)
+
+    async def _applied_later(self, outcome: Awaitable[Event]) -> None:
+        try:
+            event = await outcome
+        except GpuRouterError as exc:
+            self.notify(str(exc), title="not sent", severity="error")
+            return
+        self._applied(event)
+
+    def _applied(self, event: Event) -> None:
         if event.ok:
             self.notify(event.message, title="done", severity="information")
         else:
             self.notify(event.message, title="refused", severity="error")
         self.refresh_data()
-        return event
 
     def _replica_snapshot(self, replica: str) -> Any:
         snap = self.last_snapshot or self.backend.snapshot()

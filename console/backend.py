@@ -1,27 +1,34 @@
 """The console's one seam to the router: read a snapshot, apply a command, nothing else.
 
-The console never contains the router. It is handed a :class:`ConsoleBackend` that holds the
-router core, its control surface and callables for telemetry, so tests build one around a
-core they drive by hand and ``gpurouter console`` builds one around the router it starts in
-the same process (:mod:`console.router_host`). Everything the widgets show comes through
-here; every change goes through :meth:`ConsoleBackend.apply`, which the control surface
-validates, applies and writes to the audit trail with the console as the actor.
+The console never contains the router. It is handed a :class:`Backend`, of which there are
+two: :class:`ConsoleBackend` holds the router core, its control surface and callables for
+telemetry, so tests build one around a core they drive by hand and ``gpurouter console``
+builds one around the router it starts in the same process (:mod:`console.router_host`);
+:class:`console.attach.backend.RemoteBackend` reads and steers a router running elsewhere
+through its admin API (``gpurouter console --attach URL``). Everything the widgets show
+comes through here; every change goes through :meth:`Backend.apply`, which the router's
+control surface validates, applies and writes to the audit trail with the console as actor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from console.attach.link import Link
+from router.config.schema import FleetConfig
 from router.control import Command, ControlSurface, Event
 from router.core import RouterCore
 from router.errors import ControlError
-from router.request import Priority
+from router.in_flight import InFlight, in_flight
 from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import DISABLED, TelemetryStatus
+
+if TYPE_CHECKING:
+    from console.cluster.watch import ClusterWatch
 
 GpuKey = tuple[str, int]
 """A GPU: its node's name and its NVML index on that node."""
@@ -35,14 +42,58 @@ class RouterHost(Protocol):
     async def stop(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One request running on a replica, as a confirmation shows it."""
+class Backend(Protocol):
+    """What the console reads from a router and sends to it, wherever the router runs."""
 
-    request_id: str
-    priority: str
-    streaming: bool
-    """Its first byte has reached the client: it cannot be re-run elsewhere."""
+    front_url: str | None
+    """The router's OpenAI-compatible front door, when known."""
+    admin_url: str | None
+    """The router's admin API (what ``gpurouter ctl --admin`` takes), when it serves one."""
+    notes: list[str]
+    """Facts worth an operator's attention at start, written to the events pane."""
+
+    @property
+    def fleet(self) -> FleetConfig:
+        """The fleet's nodes, GPUs and replicas, and the console's settings."""
+        ...
+
+    @property
+    def refusal(self) -> str | None:
+        """Why this backend sends no command at all (read-only); None when it sends them."""
+        ...
+
+    @property
+    def link(self) -> Link | None:
+        """The connection to a router elsewhere; None for a router in this process."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterWatch | None:
+        """The cluster's broker, watched (``--broker``); None when none is."""
+        ...
+
+    def snapshot(self) -> FleetSnapshot: ...
+
+    def telemetry(self) -> TelemetryStatus: ...
+
+    def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]: ...
+
+    def failing(self) -> frozenset[str]: ...
+
+    def apply(self, command: Command) -> Event | Awaitable[Event]:
+        """The event saying what happened: at once in-process; attached, once the router
+        answered (a :class:`~router.errors.GpuRouterError` when it could not be asked)."""
+        ...
+
+    def audit(self) -> list[Event]: ...
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``listener`` with each new event; the answer unsubscribes."""
+        ...
+
+    def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation]: ...
+
+    def in_flight(self, replica_id: str) -> list[InFlight]: ...
 
 
 def samples_from(status: TelemetryStatus) -> dict[GpuKey, GpuSample]:
@@ -60,7 +111,7 @@ def _none_failing() -> frozenset[str]:
 
 @dataclass(slots=True)
 class ConsoleBackend:
-    """The router as the console sees it."""
+    """The router in this process, as the console sees it."""
 
     core: RouterCore
     control: ControlSurface
@@ -81,6 +132,14 @@ class ConsoleBackend:
     notes: list[str] = field(default_factory=list)
     """Facts worth an operator's attention at start (e.g. how the router was built)."""
 
+    refusal: str | None = None
+    link: Link | None = None
+    cluster: ClusterWatch | None = None
+
+    @property
+    def fleet(self) -> FleetConfig:
+        return self.core.fleet
+
     def snapshot(self) -> FleetSnapshot:
         return self.core.snapshot()
 
@@ -96,6 +155,9 @@ class ConsoleBackend:
     def audit(self) -> list[Event]:
         return list(self.control.audit)
 
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        return self.control.subscribe(listener)
+
     def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation]:
         """The newest routing decisions that chose ``replica_id``, newest first."""
         out = [d for d in reversed(self.core.decisions) if d.chosen == replica_id]
@@ -107,10 +169,4 @@ class ConsoleBackend:
             replica = self.core.replica(replica_id)
         except ControlError:
             return []
-        running = self.core.running
-        out = []
-        for rid, req in replica.running.items():
-            attempt = running.get(rid)
-            streaming = attempt is not None and attempt.first_byte is not None
-            out.append(InFlight(rid, Priority(req.priority).name.lower(), streaming))
-        return out
+        return in_flight(self.core, replica)

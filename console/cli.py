@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run_command", "run a scenario file (simulated or live) and judge its checks"),
     "emulate": ("emulate_command", "serve a fleet's replicas as emulated vLLM servers"),
     "lab": ("lab_command", "real engines (vLLM for CPU) on this machine: up, down, status"),
-    "console": ("console_command", "live dashboard and controls, with the router in-process"),
+    "console": (
+        "console_command",
+        "live dashboard and controls: the router in-process, or --attach to a running one",
+    ),
     "serve": ("serve_command", "run the router headless: OpenAI front door and admin API"),
     "agent": ("agent_command", "publish this node's GPUs over MQTT (NVML or emulated)"),
     "broker": ("broker_command", "run the embedded MQTT broker (amqtt) on loopback"),

@@ -29,7 +29,7 @@ class ConsoleCommands(Provider):
         app: ConsoleApp = self.app
         selected = app.selected_replica()
         replicas = app.replica_ids() if every_replica else ([selected] if selected else [])
-        for a in visible(app.read_only):
+        for a in visible(app.read_only, broker=app.backend.cluster is not None):
             if a.id == "palette":
                 continue
             if a.target:

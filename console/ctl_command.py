@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ADMIN = "http://127.0.0.1:8001"
 ADMIN_ENV = "GPUROUTER_ADMIN"
-TOKEN_ENV = "GPUROUTER_ADMIN_TOKEN"
+TOKEN_ENV = "GPUROUTER_ADMIN_TOKEN"  # console/ctl/client.py reads it; named here for --help
 PROG = "gpurouter ctl"
 
 EXIT_CODES = """\
@@ -150,12 +150,13 @@ def _add_commands(sub: Any, connection: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: httpx and rich are not needed to build the parser.
     from console.ctl import AdminClient, CtlError
+    from console.ctl.client import actor_name, token_from_environment
 
     try:
         with AdminClient(
             args.admin or os.environ.get(ADMIN_ENV) or DEFAULT_ADMIN,
-            token=args.token or os.environ.get(TOKEN_ENV) or None,
-            actor=args.actor or _default_actor(),
+            token=args.token or token_from_environment(),
+            actor=args.actor or actor_name("ctl"),
             timeout_s=args.timeout,
         ) as client:
             _dispatch(client, args, out)
@@ -275,11 +276,6 @@ def _line(item: dict[str, Any], as_json: bool, kind: str) -> str:
         raise UnreachableError(
             f"the admin API's {kind} is not what ctl expects ({exc!r})"
         ) from None
-
-
-def _default_actor() -> str:
-    user = os.environ.get("USER") or os.environ.get("USERNAME")
-    return f"ctl:{user}" if user else "ctl"
 
 
 # ---- argument types: argparse turns their ValueError/ArgumentTypeError into exit 2 ----------

@@ -18,6 +18,7 @@ while the command is being applied.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -224,9 +225,14 @@ class ControlSurface(CoreListener):
         *,
         wall_clock: Callable[[], float] = time.time,
         audit_size: int = 1000,
+        run: str | None = None,
     ) -> None:
         self.core = core
         self.wall_clock = wall_clock
+        self.run = run if run is not None else secrets.token_hex(8)
+        """This trail's id, random unless given: events are numbered from 1 in each run, so a
+        reader that resumes after a sequence number (an attached console) learns from a new id
+        that the router restarted and its numbers began again."""
         self.audit: deque[Event] = deque(maxlen=audit_size)
         self._subscribers: list[Callable[[Event], None]] = []
         self._seq = 0

@@ -205,7 +205,7 @@ async def test_the_strategy_picker_marks_cursor_and_current_in_text() -> None:
     """Without colour: the cursor's option starts with ▶ and the current strategy says so;
     moving the cursor moves the mark."""
     app = small_app()
-    current = app.backend.core.strategy.name
+    current = app.backend.snapshot().strategy
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press("s")
         await pilot.pause()

@@ -380,3 +380,65 @@ async def test_a_token_variable_that_is_not_set_is_a_configuration_error(
         await server.stop(grace_s=0)
     assert missing.status_code == 401
     assert right.status_code == 200
+
+
+async def test_fleet_route_gives_the_fleet_shape_and_console_settings_without_secrets() -> None:
+    """``GET /admin/fleet``: cluster, nodes with their GPUs and replicas, the console's
+    settings; nothing of the broker or the listeners (an attached console draws from it)."""
+    async with routed(SPECS[:2], admin_token=TOKEN) as (server, _):
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=server.admin_url, headers=headers) as admin:
+            answer = await admin.get("/admin/fleet")
+        fleet = server.core.fleet
+    assert answer.status_code == 200
+    shape = answer.json()
+    assert set(shape) == {"cluster", "model", "nodes", "console"}
+    assert shape["cluster"] == fleet.cluster
+    assert shape["nodes"] == json.loads(json.dumps([dataclasses.asdict(n) for n in fleet.nodes]))
+    assert shape["console"] == {"theme": "dark", "refresh_s": 1.0, "keys": {}}
+
+
+def test_state_lists_running_requests_only_when_asked() -> None:
+    """``?running=1`` adds each replica's requests (id, priority, streaming); without it the
+    state is what it always was."""
+    from router import ControlSurface, ManualClock, Priority, Request, RouterCore
+    from router.http.admin import AdminApi
+    from router.http.health import HealthMonitor
+
+    clock = ManualClock(10.0)
+    core = RouterCore(fleet_config(*SPECS[:2]), clock=clock)
+    admin = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
+    core.submit(Request("q0", 100, 10, clock(), priority=Priority.HIGH))
+    core.submit(Request("q1", 100, 10, clock(), priority=Priority.LOW))
+    core.first_byte(core.running["q0"])
+    assert "running" not in admin.state()
+    running = admin.state(running=True)["running"]
+    assert set(running) == {"a", "b"}
+    listed = sorted(
+        (r["request_id"], r["priority"], r["streaming"]) for v in running.values() for r in v
+    )
+    assert listed == [("q0", "high", True), ("q1", "low", False)]
+
+
+async def test_events_name_their_run_and_since_counts_in_the_run_it_names() -> None:
+    """A router numbers its events from 1 in each run: ``since`` from another run (before a
+    restart) asks for the whole trail; the state and every answer name the run."""
+    async with routed(SPECS[:1]) as (server, _):
+        server.control.apply(Drain("a"), actor="test")
+        run = server.control.run
+        async with httpx.AsyncClient(base_url=server.admin_url) as admin:
+            state = (await admin.get("/admin/state")).json()
+            here = (await admin.get("/admin/events", params={"since": 1, "run": run})).json()
+            before = (await admin.get("/admin/events", params={"since": 1, "run": "old"})).json()
+            params: dict[str, str | int] = {"since": 1, "run": "old", "follow": 1}
+            params["format"] = "jsonl"
+            async with admin.stream("GET", "/admin/events", params=params) as stream:
+                header = stream.headers["x-gpurouter-run"]
+                first = json.loads(await anext(stream.aiter_lines()))
+    seqs = [e.seq for e in server.control.audit]
+    assert seqs[0] == 1
+    assert len(seqs) > 1
+    assert state["run"] == here["run"] == before["run"] == header == run
+    assert [e["seq"] for e in here["events"]] == seqs[1:]
+    assert [e["seq"] for e in before["events"]] == seqs
+    assert first["seq"] == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
@@ -21,7 +22,31 @@ from console.ctl.errors import (
     UnreachableError,
 )
 
-__all__ = ["AdminClient", "normalize_url"]
+__all__ = [
+    "TOKEN_ENV",
+    "AdminClient",
+    "actor_name",
+    "check_response",
+    "header_value",
+    "json_object",
+    "normalize_url",
+    "token_from_environment",
+    "translated",
+]
+
+TOKEN_ENV = "GPUROUTER_ADMIN_TOKEN"
+"""Where ``ctl`` and the attached console read the admin API's bearer token."""
+
+
+def token_from_environment(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The admin token in :data:`TOKEN_ENV`; None when it is unset or empty."""
+    return environ.get(TOKEN_ENV) or None
+
+
+def actor_name(role: str, environ: Mapping[str, str] = os.environ) -> str:
+    """Who acts, for the audit trail: ``ROLE:$USER``, or ``ROLE`` when no user is known."""
+    user = environ.get("USER") or environ.get("USERNAME")
+    return f"{role}:{user}" if user else role
 
 
 def normalize_url(url: str) -> str:
@@ -50,9 +75,9 @@ class AdminClient:
         self.timeout_s = timeout_s
         headers = {"Accept": "application/json"}
         if token:
-            headers["Authorization"] = f"Bearer {_header_value('token', token)}"
+            headers["Authorization"] = f"Bearer {header_value('token', token)}"
         if actor:
-            headers["X-Actor"] = _header_value("actor", actor)
+            headers["X-Actor"] = header_value("actor", actor)
         try:
             self._http = httpx.Client(
                 base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
@@ -73,21 +98,25 @@ class AdminClient:
 
     def state(self) -> dict[str, Any]:
         """The fleet snapshot with health and (when known) telemetry."""
-        return _object(self._send("GET", "/admin/state"), "/admin/state")
+        return json_object(self._send("GET", "/admin/state"), "/admin/state")
 
     def command(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Apply one command; the audit event when applied, :class:`RefusedError` when not."""
-        return _object(self._send("POST", "/admin/commands", json=dict(body)), "/admin/commands")
+        return json_object(
+            self._send("POST", "/admin/commands", json=dict(body)), "/admin/commands"
+        )
 
     def events(self, since: int = 0) -> list[dict[str, Any]]:
         """The audit trail after sequence number ``since``."""
-        data = _object(self._send("GET", "/admin/events", params={"since": since}), "/admin/events")
+        data = json_object(
+            self._send("GET", "/admin/events", params={"since": since}), "/admin/events"
+        )
         return _list(data, "events")
 
     def decisions(self, limit: int) -> list[dict[str, Any]]:
         """The ``limit`` most recent routing decisions, oldest first."""
         response = self._send("GET", "/admin/decisions", params={"limit": limit})
-        return _list(_object(response, "/admin/decisions"), "decisions")
+        return _list(json_object(response, "/admin/decisions"), "decisions")
 
     def follow(self, since: int = 0) -> Generator[dict[str, Any], None, None]:
         """The audit trail after ``since``, then each new event as it happens.
@@ -103,7 +132,7 @@ class AdminClient:
             with stream as response:
                 if response.status_code != 200:
                     response.read()
-                    _check(response, self.base_url)
+                    check_response(response, self.base_url)
                 for line in response.iter_lines():
                     if line.strip():
                         yield _event_line(line)
@@ -114,27 +143,29 @@ class AdminClient:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         with self._call():
             response = self._http.request(method, path, **kwargs)
-        _check(response, self.base_url)
+        check_response(response, self.base_url)
         return response
 
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[None]:
-        """httpx's transport failures, as :class:`UnreachableError` or :class:`BadValueError`."""
-        try:
-            yield
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise BadValueError(f"bad admin URL {self.base_url!r}: {exc}") from None
-        except httpx.TimeoutException:
-            message = f"{self.base_url} did not answer within {self.timeout_s:g}s"
-            raise UnreachableError(message) from None
-        except httpx.ConnectError as exc:
-            raise UnreachableError(f"cannot connect to {self.base_url}: {_reason(exc)}") from None
-        except httpx.TransportError as exc:
-            message = f"lost the connection to {self.base_url}: {_reason(exc)}"
-            raise UnreachableError(message) from None
+    def _call(self) -> contextlib.AbstractContextManager[None]:
+        return translated(self.base_url, self.timeout_s)
 
 
-def _check(response: httpx.Response, base_url: str) -> None:
+@contextlib.contextmanager
+def translated(base_url: str, timeout_s: float) -> Iterator[None]:
+    """httpx's transport failures, as :class:`UnreachableError` or :class:`BadValueError`."""
+    try:
+        yield
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise BadValueError(f"bad admin URL {base_url!r}: {exc}") from None
+    except httpx.TimeoutException:
+        raise UnreachableError(f"{base_url} did not answer within {timeout_s:g}s") from None
+    except httpx.ConnectError as exc:
+        raise UnreachableError(f"cannot connect to {base_url}: {_reason(exc)}") from None
+    except httpx.TransportError as exc:
+        raise UnreachableError(f"lost the connection to {base_url}: {_reason(exc)}") from None
+
+
+def check_response(response: httpx.Response, base_url: str) -> None:
     """Raise the error a non-200 answer means; return for 200."""
     status = response.status_code
     if status == 200:
@@ -171,7 +202,7 @@ def _message(response: httpx.Response) -> str:
     return response.text[:200]
 
 
-def _object(response: httpx.Response, path: str) -> dict[str, Any]:
+def json_object(response: httpx.Response, path: str) -> dict[str, Any]:
     try:
         data = response.json()
     except (ValueError, UnicodeDecodeError):
@@ -198,7 +229,7 @@ def _event_line(line: str) -> dict[str, Any]:
     return event
 
 
-def _header_value(what: str, value: str) -> str:
+def header_value(what: str, value: str) -> str:
     # httpx sends headers as ASCII; say which option is wrong instead of a UnicodeEncodeError.
     if not value.isascii() or not value.isprintable():
         raise BadValueError(f"the {what} must be printable ASCII")

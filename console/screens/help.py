@@ -15,7 +15,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import Static
 
-from console.actions import ACTIONS
+from console.actions import offered
 from console.view.format import Tone
 from console.widgets.tones import Styles
 from console.widgets.wrap import Hanging
@@ -62,8 +62,10 @@ class HelpScreen(Screen[None]):
         read_only: bool,
         front_url: str | None = None,
         admin_url: str | None = None,
+        broker: bool = False,
     ) -> None:
         super().__init__()
+        self.actions = offered(broker)
         self.keys = keys
         self.tones = styles
         self.read_only = read_only
@@ -87,14 +89,14 @@ class HelpScreen(Screen[None]):
         self.query_one(VerticalScroll).styles.max_height = max(3, event.size.height - kept)
 
     def _keys(self) -> Hanging:
-        refused = {a.id for a in ACTIONS if self.read_only and a.mutates}
-        labels = {a.id: key_label(self.keys[a.id]) for a in ACTIONS}
+        refused = {a.id for a in self.actions if self.read_only and a.mutates}
+        labels = {a.id: key_label(self.keys[a.id]) for a in self.actions}
         for action_id in refused:
             labels[action_id] += f" {REFUSED}"
         key_w = max(len(label) for label in labels.values()) + 1
-        title_w = max(len(a.title) for a in ACTIONS) + 2
+        title_w = max(len(a.title) for a in self.actions) + 2
         lines = []
-        for a in ACTIONS:
+        for a in self.actions:
             style = self.tones[Tone.DIM] + Style(strike=True) if a.id in refused else Style()
             line = Text(f"{labels[a.id]:<{key_w}}{a.title:<{title_w}}{a.description}", style)
             lines.append((line, key_w + title_w))

@@ -31,6 +31,8 @@ class Modes:
     read_only: bool = False
     paused: bool = False
     refresh_s: float = 1.0
+    link: str | None = None
+    """Why the attached router does not answer (``✖ disconnected ...``); None: it does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ def header_lines(
     q = snap.queue
     prio = ", ".join(f"{name} {n}" for name, n in q.by_priority.items() if n)
     line1: tuple[Cell, ...] = (
+        # First: what follows is the router's last word, and at 80 columns the end is cut.
+        *(((modes.link, Tone.BAD), SEP) if modes.link else ()),
         (snap.cluster, Tone.ACCENT),
         SEP,
         ("strategy ", Tone.DIM),

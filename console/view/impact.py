@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from console.backend import InFlight
 from console.view.format import Cell, Tone, duration, pct
+from router.in_flight import InFlight
 from router.snapshot import ReplicaSnapshot
 
 SHOWN_RECIPIENTS = 4

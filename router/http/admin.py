@@ -3,14 +3,21 @@
 - ``GET /admin/state``: the fleet snapshot as JSON, plus ``health`` and (when known)
   ``telemetry``, ``engine_metrics`` (poll errors and values refused as nonsense) and
   ``served_models`` (per replica: declared and served models, the mismatch, the answer's
-  age, why the latest ask failed).
+  age, why the latest ask failed). ``?running=1`` adds ``running``: per replica, the
+  requests on it (id, priority, streaming), what an attached console's confirmations count.
+- ``GET /admin/fleet``: what the fleet file says of the fleet's shape: cluster, model, the
+  nodes with their GPUs and replicas, and the console's settings (theme, refresh, keys); an
+  attached console draws its table from it. Secrets (broker, server) are not in it.
 - ``POST /admin/commands``: one control command (``{"command": "drain", "replica": "x"}``);
   answers the audit event: 200 applied, 409 refused; 400 when it cannot be read. Where the
   router runs a control link (``gpurouter serve``), the command is published as the
   cluster's desired state and the answer is this router's application of it, once it came
   back from the broker (504 if it did not in 5 s); every router of the cluster applies it.
 - ``GET /admin/events``: the audit trail (``?since=SEQ``); ``?follow=1`` keeps streaming new
-  events as SSE, or as JSON lines with ``?format=jsonl``.
+  events as SSE, or as JSON lines with ``?format=jsonl``. Events are numbered from 1 in each
+  run of the router: the answer names its run (``run`` in the JSON, the ``X-Gpurouter-Run``
+  header on a stream, ``run`` in ``/admin/state`` too), and ``?run=RUN`` says which run
+  ``since`` counts in: a router in another run (it restarted) answers its whole trail.
 - ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
@@ -61,12 +68,17 @@ from router.http.errors import HttpError, bad_request
 from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.responses import OTHER_ADMIN_ROUTE
+from router.in_flight import in_flight
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["AdminApi", "admin_token"]
+__all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape"]
 
 MAX_COMMAND_BYTES = 65536
-ROUTES = frozenset(("/admin/state", "/admin/commands", "/admin/events", "/admin/decisions"))
+RUN_HEADER = b"x-gpurouter-run"
+"""Names the run an event stream's numbers count in (the control surface's ``run``)."""
+ROUTES = frozenset(
+    ("/admin/state", "/admin/fleet", "/admin/commands", "/admin/events", "/admin/decisions")
+)
 
 
 class AdminApi:
@@ -134,7 +146,9 @@ class AdminApi:
         try:
             match route:
                 case ("GET", "/admin/state"):
-                    await send_json(send, 200, self.state())
+                    await send_json(send, 200, self.state(running=_flag(query, "running")))
+                case ("GET", "/admin/fleet"):
+                    await send_json(send, 200, fleet_shape(self.core.fleet))
                 case ("POST", "/admin/commands"):
                     await self._command(receive, send, headers)
                 case ("GET", "/admin/events"):
@@ -169,10 +183,17 @@ class AdminApi:
             return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
         return None
 
-    def state(self) -> dict[str, Any]:
+    def state(self, *, running: bool = False) -> dict[str, Any]:
         """The snapshot as a dict, with the health monitor's view, the telemetry feed, the
-        engine metrics' poll status and what each replica said it serves."""
+        engine metrics' poll status and what each replica said it serves; ``running``: and
+        the requests on each replica."""
         data = self.core.snapshot().to_dict()
+        data["run"] = self.control.run
+        if running:
+            data["running"] = {
+                r.id: [dataclasses.asdict(i) for i in in_flight(self.core, r)]
+                for r in self.core.pool
+            }
         data["health"] = self.health.status()
         if self.telemetry is not None:
             data["telemetry"] = dataclasses.asdict(self.telemetry())
@@ -219,9 +240,12 @@ class AdminApi:
 
     async def _events(self, receive: Receive, send: Send, query: dict[str, str]) -> None:
         since = _int(query, "since", 0)
+        run = self.control.run
+        if query.get("run", run) != run:
+            since = 0  # counted in a run before this router restarted: all of this run is new
         backlog = [e for e in self.control.audit if e.seq > since]
-        if query.get("follow") not in ("1", "true", "yes"):
-            await send_json(send, 200, {"events": [e.to_dict() for e in backlog]})
+        if not _flag(query, "follow"):
+            await send_json(send, 200, {"run": run, "events": [e.to_dict() for e in backlog]})
             return
         jsonl = query.get("format") == "jsonl"
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -234,7 +258,11 @@ class AdminApi:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [(b"content-type", content_type), (b"cache-control", b"no-cache")],
+                    "headers": [
+                        (b"content-type", content_type),
+                        (b"cache-control", b"no-cache"),
+                        (RUN_HEADER, run.encode()),
+                    ],
                 }
             )
             for old in backlog:
@@ -276,6 +304,26 @@ def _event_chunk(event: Event, jsonl: bool) -> dict[str, Any]:
     data = orjson.dumps(event.to_dict())
     body = data + b"\n" if jsonl else b"id: %d\ndata: %s\n\n" % (event.seq, data)
     return {"type": "http.response.body", "body": body, "more_body": True}
+
+
+def fleet_shape(fleet: FleetConfig) -> dict[str, Any]:
+    """``GET /admin/fleet``'s answer: the fleet's nodes, GPUs and replicas as the fleet file
+    gives them, and its console settings; nothing of the broker or the listeners."""
+    console = fleet.console
+    return {
+        "cluster": fleet.cluster,
+        "model": fleet.model,
+        "nodes": [dataclasses.asdict(node) for node in fleet.nodes],
+        "console": {
+            "theme": console.theme,
+            "refresh_s": console.refresh_s,
+            "keys": dict(console.keys),
+        },
+    }
+
+
+def _flag(query: dict[str, str], name: str) -> bool:
+    return query.get(name) in ("1", "true", "yes")
 
 
 def _int(query: dict[str, str], name: str, default: int) -> int:

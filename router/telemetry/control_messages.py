@@ -42,6 +42,7 @@ __all__ = [
     "Refused",
     "Stale",
     "Verdict",
+    "decode_ack",
     "decode_desired",
     "desired_from",
     "encode_desired",
@@ -71,6 +72,27 @@ REFUSALS = (
     "overflow",
 )
 """Why a control message was dropped; ``ControlLink.refused`` counts each."""
+
+
+MAX_ACK_BYTES = 4096
+
+
+def decode_ack(payload: object) -> Ack | None:
+    """An acknowledgement (``control/acks/<router>``) read back: its slot, version, verdict
+    and message; None for anything else."""
+    if not isinstance(payload, bytes | bytearray) or len(payload) > MAX_ACK_BYTES:
+        return None
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    slot, version, ok = body.get("slot"), body.get("version"), body.get("ok")
+    if not isinstance(slot, str) or type(version) is not int or type(ok) is not bool:
+        return None
+    message = body.get("message")
+    return Ack(slot, version, ok, message if isinstance(message, str) else "")
 
 
 def slot_of(command: Command) -> str:

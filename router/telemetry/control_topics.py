@@ -46,7 +46,6 @@ period and every audit event on ``events``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -81,6 +80,7 @@ from router.telemetry.control_messages import (
     Refused,
     Stale,
     Verdict,
+    decode_ack,
     decode_desired,
     desired_from,
     encode_desired,
@@ -89,6 +89,8 @@ from router.telemetry.control_messages import (
 )
 from router.telemetry.control_publisher import ControlPublisher, publish_command
 from router.telemetry.desired_state import DesiredStateFile, state_path
+from router.telemetry.router_events import encode_event
+from router.telemetry.router_stats import encode_stats
 from router.telemetry.status import ControlLinkStatus
 from router.telemetry.topics import Topics, check_level
 
@@ -129,23 +131,6 @@ PEER_FRESH_S = 5.0
 """A router whose stats (every second) came within this long counts as in the cluster."""
 MAX_PEERS = 1024
 """Routers a link keeps track of: junk router ids cannot grow it without end."""
-_MAX_ACK_BYTES = 4096
-
-
-def _read_ack(payload: object) -> Ack | None:
-    """An acknowledgement's slot, version and verdict; None for anything else."""
-    if not isinstance(payload, bytes | bytearray) or len(payload) > _MAX_ACK_BYTES:
-        return None
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        return None
-    if not isinstance(body, dict):
-        return None
-    slot, version, ok = body.get("slot"), body.get("version"), body.get("ok")
-    if not isinstance(slot, str) or type(version) is not int or type(ok) is not bool:
-        return None
-    return Ack(slot, version, ok, "")
 
 
 class NotLinkedError(ControlError):
@@ -442,7 +427,7 @@ class ControlLink:
             if name in self.peers or len(self.peers) < MAX_PEERS:
                 self.peers[name] = time.monotonic()
             return True
-        ack = _read_ack(payload)
+        ack = decode_ack(payload)
         if ack is not None and (wanted := self._acks.get((ack.slot, ack.version or 0))) is not None:
             wanted[name] = ack.ok
         return True
@@ -495,31 +480,7 @@ class ControlLink:
 
     def stats_payload(self) -> bytes:
         """The ``routers/<router>/stats`` message: this router's queue and replicas now."""
-        snap = self.core.snapshot()
-        replicas = [
-            {
-                "id": r.id,
-                "state": r.state,
-                "in_flight": r.in_flight,
-                "weight": r.weight,
-                "batch_size": r.batch_size,
-                "utilization": round(r.utilization, 4),
-                "stale": r.stale,
-            }
-            for r in snap.replicas
-        ]
-        body: dict[str, Any] = {
-            "v": CONTROL_VERSION,
-            "router": self.router_id,
-            "ts": self.wall_clock(),
-            "strategy": snap.strategy,
-            "queue": {"depth": snap.queue.depth, "capacity": snap.queue.capacity},
-            "in_flight": snap.in_flight,
-            "throughput_rps": round(snap.throughput_rps, 3),
-            "imbalance_factor": round(snap.imbalance_factor, 4),
-            "replicas": replicas,
-        }
-        return json.dumps(body, separators=(",", ":")).encode()
+        return encode_stats(self.core.snapshot(), self.router_id, self.wall_clock())
 
     def _on_event(self, event: Event) -> None:
         self._events.append(event)
@@ -584,5 +545,4 @@ class ControlLink:
             self._events_ready.clear()
             while self._events:
                 event = self._events.popleft()
-                body = {"v": CONTROL_VERSION, "router": self.router_id, **event.to_dict()}
-                await publish(client, topic, json.dumps(body, default=str).encode(), qos=1)
+                await publish(client, topic, encode_event(self.router_id, event), qos=1)

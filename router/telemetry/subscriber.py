@@ -68,6 +68,8 @@ STALE_PERIODS = 3
 """A node whose latest sample is older than this many of its periods is stale; a lower
 session takes over after this many batches in order while the current one is silent."""
 _ERRORS_KEPT = 10
+MAX_DISCOVERED = 1024
+"""Nodes a discovering subscriber watches at most, those of its fleet included."""
 
 DROP_REASONS = (
     "not_bytes",
@@ -130,21 +132,32 @@ class TelemetrySubscriber:
     real ``mqtt://`` one: start an :class:`EmbeddedBroker` first for ``embedded``), a URL
     string, or a resolved :class:`BrokerTarget`. ``clock`` defaults to the core's, which it
     must match: telemetry ages are compared with the core's ``now``.
+
+    Without a core (a console watching a cluster through its broker, routing nothing), the
+    subscriber feeds no replica and only reports; ``clock`` is then required. ``discover``
+    watches the nodes the fleet does not name as well, as they speak (at most
+    :data:`MAX_DISCOVERED`): a watcher that has no fleet file learns the cluster's nodes so.
     """
 
     def __init__(
         self,
         fleet: FleetConfig,
-        core: RouterCore,
+        core: RouterCore | None,
         *,
         broker: BrokerConfig | BrokerTarget | str,
         clock: Clock | None = None,
         backoff: Backoff | None = None,
         environ: Mapping[str, str] | None = None,
+        discover: bool = False,
     ) -> None:
         self.fleet = fleet
         self.core = core
-        self.clock: Clock = core.clock if clock is None else clock
+        if clock is None:
+            if core is None:
+                raise TypeError("a subscriber without a core needs a clock")
+            clock = core.clock
+        self.clock: Clock = clock
+        self.discover = discover
         self.topics = Topics(fleet.cluster)
         self.target = _target(fleet, broker, environ)
         self.max_payload_bytes = fleet.broker.max_payload_bytes
@@ -162,8 +175,19 @@ class TelemetrySubscriber:
 
     def _node(self, name: str) -> _Node:
         node = next(n for n in self.fleet.nodes if n.name == name)
-        replicas = tuple((self.core.replica(r.id), r.gpus) for r in node.replicas)
+        core = self.core
+        replicas = (
+            () if core is None else tuple((core.replica(r.id), r.gpus) for r in node.replicas)
+        )
         return _Node(name, replicas, self.fleet.broker.sample_period_s)
+
+    def _discovered(self, name: str) -> _Node | None:
+        """A node the fleet does not name, watched from its first message when discovering;
+        None past :data:`MAX_DISCOVERED` (junk names cannot grow the subscriber for ever)."""
+        if not self.discover or len(self._nodes) >= MAX_DISCOVERED:
+            return None
+        node = self._nodes[name] = _Node(name, (), self.fleet.broker.sample_period_s)
+        return node
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -219,7 +243,7 @@ class TelemetrySubscriber:
             self._ignored += 1
             return
         name, kind = parsed
-        node = self._nodes.get(name)
+        node = self._nodes.get(name) or self._discovered(name)
         if node is None:
             self._unknown += 1
             return

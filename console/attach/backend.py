@@ -1,0 +1,263 @@
+"""The console's backend for a router running elsewhere: ``gpurouter console --attach URL``.
+
+:func:`attach` asks the admin API for the fleet, its state and its audit trail, so a wrong
+URL or token is one clear error before the console draws. :class:`RemoteBackend` then polls
+``GET /admin/state`` at the console's refresh interval, follows ``GET /admin/events``, and
+sends commands with ``POST /admin/commands``. Between polls the console reads the last state
+received; while the router does not answer, :class:`~console.attach.link.Link` says so and
+the poller asks again after a growing wait, so a router that goes away never stops the
+console, and one that comes back is picked up. With ``--broker`` a
+:class:`~console.cluster.watch.ClusterWatch` runs beside it, and the GPUs' telemetry comes
+from the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from console.attach.admin_http import AsyncAdmin
+from console.attach.events import EventCursor, follow_events
+from console.attach.link import Backoff, Link
+from console.attach.rebuild import rebuild
+from console.attach.state import RemoteState, fleet_from_json, state_from_json
+from console.backend import GpuKey, samples_from
+from console.ctl.client import TOKEN_ENV
+from console.ctl.errors import UnreachableError
+from router.config.schema import FleetConfig
+from router.control import Command, Event, command_args, command_name
+from router.errors import GpuRouterError
+from router.in_flight import InFlight
+from router.snapshot import FleetSnapshot
+from router.strategies import Explanation
+from router.telemetry.schema import GpuSample
+from router.telemetry.status import TelemetryStatus
+
+if TYPE_CHECKING:
+    from console.cluster.watch import ClusterWatch
+
+__all__ = ["NO_TOKEN", "RemoteBackend", "attach"]
+
+NO_TOKEN = f"read-only: attached without an admin token; set {TOKEN_ENV} to steer"
+AUDIT_KEPT = 1000
+"""Events kept for the console (it shows the newest 20 at start)."""
+DECISIONS_ASKED = 200
+"""Newest routing decisions fetched while a replica's detail is open."""
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class RemoteBackend:
+    """A router elsewhere, read through its admin API."""
+
+    def __init__(
+        self,
+        admin: AsyncAdmin,
+        fleet: FleetConfig,
+        first: RemoteState,
+        backlog: list[Event],
+        *,
+        read_only: bool,
+        run: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        backoff: Backoff | None = None,
+        interval: Callable[[], float] = lambda: 1.0,
+        cluster: ClusterWatch | None = None,
+    ) -> None:
+        self.admin = admin
+        self.fleet = fleet
+        self.refusal: str | None = NO_TOKEN if read_only else None
+        self.link = Link(admin.base_url, clock, backoff)
+        self.front_url: str | None = None  # the admin API does not say where its front door is
+        self.admin_url: str | None = admin.base_url
+        self.notes = [f"attached to {admin.base_url}"] + ([NO_TOKEN] if read_only else [])
+        self.interval = interval
+        """Seconds between polls: the console sets its refresh interval here."""
+        self.state = first
+        self.cluster = cluster
+        """The cluster's broker, when watched too: the GPUs' telemetry comes from it."""
+        self.sleep = sleep
+        self.backoff = backoff or Backoff()
+        self._audit: deque[Event] = deque(backlog, maxlen=AUDIT_KEPT)
+        self.cursor = EventCursor(max((e.seq for e in backlog), default=0), run)
+        """Where the event stream resumes: after the last event, in the backlog's run."""
+        self._listeners: list[Callable[[Event], None]] = []
+        self._decisions: list[Explanation] = []
+        self._decisions_wanted = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- what the console reads -----------------------------------------------------------
+
+    def snapshot(self) -> FleetSnapshot:
+        return self.state.snapshot
+
+    def telemetry(self) -> TelemetryStatus:
+        # The admin state carries the router's feed, if it has one; the broker carries every
+        # node's, whatever the router runs.
+        if self.cluster is not None:
+            return self.cluster.telemetry()
+        return self.state.telemetry
+
+    def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]:
+        return samples_from(status)
+
+    def failing(self) -> frozenset[str]:
+        return self.state.failing
+
+    def audit(self) -> list[Event]:
+        return list(self._audit)
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation]:
+        """As of the latest poll; asking makes the next polls fetch them, at once the first."""
+        if not self._decisions_wanted:
+            self._decisions_wanted = True
+            self._wake.set()
+        out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
+        return out[:limit]
+
+    def in_flight(self, replica_id: str) -> list[InFlight]:
+        return list(self.state.running.get(replica_id, ()))
+
+    # ---- what it sends ---------------------------------------------------------------------
+
+    def apply(self, command: Command) -> Awaitable[Event]:
+        return self._apply(command)
+
+    async def _apply(self, command: Command) -> Event:
+        if self.refusal is not None:
+            # The console refuses before asking; this guards any other caller.
+            raise GpuRouterError(self.refusal)
+        body = {"command": command_name(command), **command_args(command)}
+        answer = await self.admin.command(body)
+        try:
+            return rebuild(Event, answer)
+        except ValueError as exc:
+            raise UnreachableError(f"the router's answer is not an audit event: {exc}") from None
+
+    # ---- running ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.start()
+        self._tasks = [
+            asyncio.create_task(self.poll_forever(), name="attach-poll"),
+            asyncio.create_task(
+                follow_events(
+                    self.admin.follow,
+                    self.cursor,
+                    self._receive,
+                    sleep=self.sleep,
+                    backoff=self.backoff,
+                    restarted=self._restarted,
+                ),
+                name="attach-events",
+            ),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self.cluster is not None:
+            await self.cluster.stop()
+        await self.admin.aclose()
+
+    async def poll(self) -> float:
+        """Ask for the state (and the decisions, when wanted) once; the seconds until the next
+        poll: the refresh interval, or the backoff while the router does not answer."""
+        try:
+            self.state = await fetch_state(self.admin)
+            if self._decisions_wanted:
+                self._decisions = await fetch_decisions(self.admin)
+        except GpuRouterError as exc:
+            return self.link.failed(str(exc))
+        self.link.answered()
+        return self.interval()
+
+    async def poll_forever(self) -> None:
+        """Poll at the refresh interval, or after the backoff while the router is away."""
+        while True:
+            await self._pause(await self.poll())
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the console wants something fetched now."""
+        self._wake.clear()
+        sleeping = asyncio.ensure_future(self.sleep(seconds))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((sleeping, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            woken.cancel()
+
+    def _restarted(self, run: str) -> None:
+        """The trail kept is the old run's: its numbers would mix with the new ones."""
+        self._audit.clear()
+        self.link.restarted(run)
+
+    def _receive(self, event: Event) -> None:
+        self._audit.append(event)
+        for listener in list(self._listeners):
+            listener(event)
+
+
+async def fetch_state(admin: AsyncAdmin) -> RemoteState:
+    data = await admin.get("/admin/state", {"running": 1})
+    try:
+        return state_from_json(data)
+    except ValueError as exc:
+        raise UnreachableError(
+            f"the admin API's state is not what the console expects: {exc}"
+        ) from None
+
+
+async def fetch_decisions(admin: AsyncAdmin) -> list[Explanation]:
+    data = await admin.get("/admin/decisions", {"limit": DECISIONS_ASKED})
+    items = data.get("decisions")
+    try:
+        if not isinstance(items, list):
+            raise ValueError("no list of decisions")
+        return [rebuild(Explanation, item) for item in items]
+    except ValueError as exc:
+        raise UnreachableError(f"the admin API's decisions are unreadable: {exc}") from None
+
+
+async def attach(
+    url: str,
+    *,
+    token: str | None,
+    actor: str,
+    timeout_s: float = 10.0,
+    **options: Any,
+) -> RemoteBackend:
+    """Connect to the admin API at ``url``: a :class:`~console.ctl.errors.CtlError` (with its
+    exit code) when it cannot be reached, refuses the token, or is not a gpurouter admin API."""
+    admin = AsyncAdmin(url, token=token, actor=actor, timeout_s=timeout_s)
+    try:
+        fleet_data = await admin.get("/admin/fleet")
+        state = await fetch_state(admin)
+        trail = await admin.get("/admin/events")
+        events, run = trail.get("events"), trail.get("run")
+        try:
+            fleet = fleet_from_json(fleet_data)
+            backlog = [rebuild(Event, e) for e in events] if isinstance(events, list) else []
+        except ValueError as exc:
+            raise UnreachableError(f"{admin.base_url}: unexpected answer: {exc}") from None
+    except BaseException:
+        await admin.aclose()
+        raise
+    run = run if isinstance(run, str) else None  # a router too old to name its run
+    return RemoteBackend(admin, fleet, state, backlog, read_only=not token, run=run, **options)
