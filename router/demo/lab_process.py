@@ -180,17 +180,17 @@ class LabProcess:
             self._stderr = (self._stderr + chunk)[-_STDERR_TAIL:]
 
     def _ended(self, proc: asyncio.subprocess.Process) -> None:
-        """The child's stdout closed: it has ended. Answer whatever waits on it."""
-        if self._stopping and self._ready is not None and self._ready.done():
-            return  # asked to stop
+        """The child's stdout closed: it has ended. Answer whatever waits on it; report it
+        if it had started and was not asked to stop."""
         reason = self._reason(proc)
         error = LabLostError(reason)
-        _fail(self._ready, error)
+        _fail(self._ready, error)  # before it was ready: the start raises this
         _fail(self._load_stopped, error)
-        if not self._stopping:
-            self.lost = reason
-            if self.on_lost is not None:
-                self.on_lost(reason)
+        if self._stopping or not _succeeded(self._ready):
+            return
+        self.lost = reason
+        if self.on_lost is not None:
+            self.on_lost(reason)
 
     def _reason(self, proc: asyncio.subprocess.Process) -> str:
         code = proc.returncode
@@ -230,6 +230,15 @@ def _start_error(failed: LabFailed) -> Exception:
 def _settle(future: asyncio.Future[T] | None, value: T) -> None:
     if future is not None and not future.done():
         future.set_result(value)
+
+
+def _succeeded(future: asyncio.Future[Any] | None) -> bool:
+    return (
+        future is not None
+        and future.done()
+        and not future.cancelled()
+        and future.exception() is None
+    )
 
 
 def _fail(future: asyncio.Future[Any] | None, error: Exception) -> None:

@@ -36,6 +36,7 @@ from router.errors import GpuRouterError
 from router.telemetry.status import DISABLED, TelemetryStatus
 
 if TYPE_CHECKING:
+    from router.demo.lab_process import LabProcess
     from router.http.server import RouterServer
     from router.telemetry.embedded_broker import EmbeddedBroker
     from router.telemetry.subscriber import TelemetrySubscriber
@@ -92,6 +93,7 @@ class Demo:
         self.broker: EmbeddedBroker | None = None
         self.broker_url: str | None = None
         self.lab: LabHandle | None = None
+        self._lab_process: LabProcess | None = None
         self.ready: LabReady | None = None
         """What the lab said once started: capacity, load phases, agents, fault API."""
         self.server: RouterServer | None = None
@@ -125,6 +127,11 @@ class Demo:
     def capacity_rps(self) -> float:
         """The fleet's physical limit on the demo's mix, requests per emulated second."""
         return 0.0 if self.ready is None else self.ready.capacity_rps
+
+    @property
+    def lab_pid(self) -> int | None:
+        """The lab's process, once started (None when it runs in this process)."""
+        return None if self._lab_process is None else self._lab_process.pid
 
     @property
     def agent_count(self) -> int:
@@ -245,7 +252,8 @@ class Demo:
             raise GpuRouterError("the demo's lab process reads the fleet from its file; give one")
         from router.demo.lab_process import LabProcess
 
-        return LabProcess(plan, on_lost=self._lost)
+        self._lab_process = LabProcess(plan, on_lost=self._lost)
+        return self._lab_process
 
     def _lost(self, reason: str) -> None:
         self.lab_lost = reason
