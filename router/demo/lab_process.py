@@ -132,6 +132,8 @@ class LabProcess:
         """Tell the child to stop (its stdin closes) and wait; terminate it, then kill it,
         if it has not ended within its limits. Idempotent."""
         self._stopping = True
+        if self._ready is not None and not self._ready.done():
+            self._ready.cancel()  # a start given up: nobody waits for its answer any more
         proc = self._proc
         if proc is not None:
             if proc.stdin is not None:
