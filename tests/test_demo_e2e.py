@@ -1,6 +1,6 @@
 """``gpurouter demo --headless`` end to end, as a user runs it: a child process with the
-embedded broker, the emulated fleet, node agents, the router and its load; a strategy
-switch from ``gpurouter ctl``; Ctrl+C (SIGINT); nothing left behind."""
+router, and its own children, the embedded broker and the lab (emulated fleet, node agents,
+load); a strategy switch from ``gpurouter ctl``; Ctrl+C (SIGINT); nothing left behind."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.demo_cli import ROOT, WAIT_S, banner, demo_process, next_line
+from tests.demo_cli import ROOT, WAIT_S, banner, demo_process, lab_children, next_line
 from tests.demo_helpers import alive, children, free_port, port_free, two_node_fleet
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads children from /proc")
@@ -51,8 +51,9 @@ async def test_demo_headless_routes_reports_telemetry_switches_and_stops_clean(
     replica_ports = (free_port(), free_port())
     async with demo_process(two_node_fleet(tmp_path, replica_ports)) as proc:
         urls = await banner(proc)
-        broker_children = children(proc.pid)
-        assert broker_children, "the embedded broker runs in a child process"
+        demo_children = children(proc.pid)
+        assert len(demo_children) >= 2, "the broker and the lab run in child processes"
+        assert len(lab_children(proc.pid)) == 1
 
         line = await next_line(proc)
         assert line["strategy"] == "round-robin"  # whatever the fleet file says
@@ -74,7 +75,7 @@ async def test_demo_headless_routes_reports_telemetry_switches_and_stops_clean(
     assert summary["client"]["completed"] > 0
     assert summary["lost"] == 0
     assert [s["strategy"] for s in summary["strategy_switches"]] == ["weighted-least-connections"]
-    assert not [pid for pid in broker_children if alive(pid)]
+    assert not [pid for pid in demo_children if alive(pid)]
     front, admin = (int(urls[k].rsplit(":", 1)[1]) for k in ("front door", "admin API"))
     broker = int(urls["telemetry"].rsplit(":", 1)[1])
     for port in (*replica_ports, front, admin, broker):
