@@ -222,7 +222,8 @@ def _by_strategy(values: dict[str, float], spec: str) -> str:
 
 
 def demo_app(demo: Demo) -> ConsoleApp:
-    """The console on a started demo's router; Ctrl+C quits it as q does."""
+    """The console on a started demo's router; Ctrl+C quits it as q does, and it quits by
+    itself if the demo's lab process dies."""
     from textual.binding import Binding, BindingType
 
     from console.app import ConsoleApp
@@ -247,7 +248,10 @@ def demo_app(demo: Demo) -> ConsoleApp:
         notes=banner(demo),
         actor="demo-console",
     )
-    return DemoApp(backend)
+    app = DemoApp(backend)
+    # A lab that dies leaves nothing to watch: the console leaves, and the command says why.
+    demo.on_lab_lost = app.exit
+    return app
 
 
 async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
@@ -257,9 +261,7 @@ async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
         loop = asyncio.get_running_loop()
         if duration is not None:
             loop.call_later(duration, app.exit)
-        # A lab that dies leaves nothing to watch: the console leaves and says why.
-        demo.on_lab_lost = app.exit
-        if demo.lab_lost is not None:
+        if demo.lab_lost is not None:  # lost before the console was there to hear it
             loop.call_soon(app.exit)
         with _signals(app.exit):
             await app.run_async()
