@@ -13,7 +13,8 @@ True)``). The fleet file is the default one with its replicas moved to free loop
 
 After ``--warmup`` seconds (the load's first phase fills the fleet: several hundred requests
 in flight), each round presses ``s`` (the strategy picker), Escape, ``i`` (the selected
-replica's detail), Escape, ``?`` (help), Escape, with a pause between keys that lands each one
+replica's detail), Escape, ``?`` (help), Escape, ``d`` (the drain's confirmation, with its
+impact) and ``n`` (cancelled: nothing is drained), with a pause between keys that lands each one
 at another phase of the refresh. A key's latency is from the key reaching the app (its
 driver, where a terminal's keys enter) to the last frame that changed what the terminal shows,
 frames encoded for the terminal as outside a test (bench/bench_console.py's
@@ -46,6 +47,7 @@ from bench_console import Paints, key_to_screen
 
 from console.app import ConsoleApp
 from console.demo_command import demo_app
+from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import ReplicaDetail
 from console.screens.strategy_picker import StrategyPicker
@@ -71,6 +73,8 @@ KEYS: tuple[tuple[str, str, str, Done], ...] = (
     ("close detail esc", "escape", "\x1b", _back(ReplicaDetail)),
     ("help ?", "question_mark", "?", _on(HelpScreen)),
     ("close help esc", "escape", "\x1b", _back(HelpScreen)),
+    ("drain d", "d", "d", _on(ConfirmScreen)),
+    ("cancel drain n", "n", "n", _back(ConfirmScreen)),
 )
 """Each key: (name, key, character, when its effect is in the app)."""
 
