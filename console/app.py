@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
+from textual.screen import Screen
 from textual.signal import Signal
 from textual.timer import Timer
 
@@ -73,6 +74,17 @@ young: a bench_console.py run at 160x48, watched with ``gc.callbacks``, had one 
 
 _HELP = "help"
 """The installed help screen's name."""
+_PICKER = "strategy-picker"
+"""The installed strategy picker's name."""
+_DETAIL = "replica-detail"
+"""The installed replica detail's name."""
+_CONFIRM = "confirm"
+"""The installed confirmation dialog's name."""
+_KEPT = (_HELP, _PICKER, _DETAIL, _CONFIRM)
+"""Screens built on first use and kept: composing and styling one anew on each press was
+most of the time from its key to the screen (see :meth:`ConsoleApp._kept`)."""
+
+S = TypeVar("S", bound=Screen[Any])
 
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 WIDE_AT = 200
@@ -305,11 +317,13 @@ class ConsoleApp(App[None]):
 
     def _targeted(self, action_id: str, replica: str) -> None:
         if action_id == "detail":
-            self.push_screen(
-                ReplicaDetail(
-                    replica, partial_detail(self, replica), self.styles_now, self.refreshed_signal
-                )
+            data = partial_detail(self, replica)
+            detail = self._kept(
+                _DETAIL,
+                lambda: ReplicaDetail(replica, data, self.styles_now, self.refreshed_signal),
             )
+            detail.show(replica, data)
+            self._open(detail, _DETAIL)
         elif action_id in ("weight", "batch"):
             self._ask_value(action_id, replica)
         else:
@@ -322,19 +336,35 @@ class ConsoleApp(App[None]):
             }
             self._confirm_then_apply(action_id, replica, commands[action_id])
 
+    def _kept(self, name: str, build: Callable[[], S]) -> S:
+        """The screen installed as ``name``, built by ``build`` on first use; a new one, not
+        installed, while the kept one is already open (a key on it that opens another)."""
+        if not self.is_screen_installed(name):
+            self.install_screen(build(), name)
+        screen = self.get_screen(name)
+        if screen in self.screen_stack:
+            return build()
+        return cast(S, screen)
+
+    def _open(
+        self, screen: Screen[Any], name: str, callback: Callable[[Any], None] | None = None
+    ) -> None:
+        """Push ``screen``: by its installed name when it is the kept one."""
+        kept = self.is_screen_installed(name) and self.get_screen(name) is screen
+        self.push_screen(name if kept else screen, callback)
+
     def _help(self) -> None:
-        # Built once and kept: composing and styling a new screen on each press was most of
-        # the time from ``?`` to the help on screen.
-        if not self.is_screen_installed(_HELP):
-            help_screen = HelpScreen(
+        help_screen = self._kept(
+            _HELP,
+            lambda: HelpScreen(
                 self.keys,
                 self.styles_now,
                 read_only=self.read_only,
                 front_url=self.backend.front_url,
                 admin_url=self.backend.admin_url,
-            )
-            self.install_screen(help_screen, _HELP)
-        self.push_screen(_HELP)
+            ),
+        )
+        self._open(help_screen, _HELP)
 
     def _pick_strategy(self) -> None:
         current = self.backend.core.strategy.name
@@ -343,7 +373,9 @@ class ConsoleApp(App[None]):
             if name is not None and name != current:
                 self.switch_strategy(name)
 
-        self.push_screen(StrategyPicker(current), chosen)
+        picker = self._kept(_PICKER, lambda: StrategyPicker(current))
+        picker.show(current)
+        self._open(picker, _PICKER, chosen)
 
     def switch_strategy(self, name: str) -> None:
         if self.read_only:
@@ -395,17 +427,17 @@ class ConsoleApp(App[None]):
             else:
                 self.notify(f"{spec.title.lower()} {replica}: cancelled", severity="information")
 
-        self.push_screen(
-            ConfirmScreen(
-                title,
-                body(),
-                self.styles_now,
-                confirm_label=spec.title,
-                danger=spec.confirm,
-                follow=(self.refreshed_signal, body),
+        lines, danger, follow = body(), spec.confirm, (self.refreshed_signal, body)
+        dialog = self._kept(
+            _CONFIRM,
+            lambda: ConfirmScreen(
+                title, lines, self.styles_now, confirm_label=spec.title, danger=danger
             ),
-            answered,
         )
+        dialog.show(
+            title, lines, self.styles_now, confirm_label=spec.title, danger=danger, follow=follow
+        )
+        self._open(dialog, _CONFIRM, answered)
 
     def _impact_lines(self, action_id: str, replica: str) -> list[tuple[Cell, ...]]:
         """What the action would do now (the confirmation's body, rebuilt at each refresh)."""
@@ -482,8 +514,14 @@ class ConsoleApp(App[None]):
 
     def _on_theme_changed(self, theme: Any) -> None:
         self.styles_now = styles_for(theme)
-        if self.is_screen_installed(_HELP) and self.get_screen(_HELP) not in self.screen_stack:
-            self.uninstall_screen(_HELP)  # drawn in the old theme's tones: built anew
+        for name in _KEPT:
+            if not self.is_screen_installed(name):
+                continue
+            screen = self.get_screen(name)
+            if screen not in self.screen_stack:
+                self.uninstall_screen(name)  # drawn in the old theme's tones: built anew
+            elif isinstance(screen, ReplicaDetail):
+                screen.restyle(self.styles_now)  # on show (or under a dialog): kept, redrawn
         self._apply_theme_class(theme.name)
         self._draw(force=True)
 
