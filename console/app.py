@@ -193,7 +193,9 @@ class ConsoleApp(App[None]):
     # ---- data ------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        if not self.paused:
+        # Not while the app shuts down: it takes the screens down before its own timers, and
+        # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
+        if not self.paused and self.is_running:
             self.refresh_data(tick=True)
 
     def refresh_data(self, *, tick: bool = False) -> None:

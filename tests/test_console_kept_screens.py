@@ -320,3 +320,16 @@ async def test_opening_and_closing_the_screens_again_and_again_leaves_nothing_be
 def _walk(screen: object) -> list[Widget]:
     assert isinstance(screen, Screen)
     return [n for n in screen.walk_children(with_self=True) if isinstance(n, Widget)]
+
+
+async def test_quitting_while_the_refresh_runs_raises_nothing() -> None:
+    """The app closes its screens (the kept ones too) before its refresh timer stops; a tick
+    in between must not look for the dashboard's widgets, already gone."""
+    for _ in range(3):
+        rig = loaded_rig()
+        app = ConsoleApp(rig.backend, refresh_s=0.01)
+        async with app.run_test(size=SIZE) as pilot:
+            for action in ("help", "strategy", "detail", "drain"):
+                app.perform(action)
+                await pilot.pause(0.05)
+                await app.pop_screen()
