@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
@@ -177,6 +177,7 @@ class ConsoleApp(App[None]):
         self.refresh_data(tick=True)
         if self.live:
             self._timer = self.set_interval(self.refresh_s, self._tick, name="console-refresh")
+        self.call_after_refresh(self._prepare_kept, list(_KEPT))
 
     def on_unmount(self) -> None:
         gc.set_threshold(*self._gc_before)
@@ -320,10 +321,7 @@ class ConsoleApp(App[None]):
     def _targeted(self, action_id: str, replica: str) -> None:
         if action_id == "detail":
             data = partial_detail(self, replica)
-            detail = self._kept(
-                _DETAIL,
-                lambda: ReplicaDetail(replica, data, self.styles_now, self.refreshed_signal),
-            )
+            detail = self._kept(_DETAIL, ReplicaDetail)
             detail.show(replica, data)
             self._open(detail, _DETAIL)
         elif action_id in ("weight", "batch"):
@@ -338,15 +336,51 @@ class ConsoleApp(App[None]):
             }
             self._confirm_then_apply(action_id, replica, commands[action_id])
 
-    def _kept(self, name: str, build: Callable[[], S]) -> S:
-        """The screen installed as ``name``, built by ``build`` on first use; a new one, not
-        installed, while the kept one is already open (a key on it that opens another)."""
+    def _kept(self, name: str, kind: type[S]) -> S:
+        """The screen installed as ``name``, built on first use; a new one, not installed,
+        while the kept one is already open (a key on it that opens another)."""
         if not self.is_screen_installed(name):
-            self.install_screen(build(), name)
+            self.install_screen(self._builders()[name](), name)
         screen = self.get_screen(name)
         if screen in self.screen_stack:
-            return build()
-        return cast(S, screen)
+            screen = self._builders()[name]()
+        assert isinstance(screen, kind)
+        return screen
+
+    def _builders(self) -> dict[str, Callable[[], Screen[Any]]]:
+        """A new screen of each kind kept; each open then shows what it is for."""
+        first = next(iter(self.replica_ids()), "")
+        return {
+            _HELP: lambda: HelpScreen(
+                self.keys,
+                self.styles_now,
+                read_only=self.read_only,
+                front_url=self.backend.front_url,
+                admin_url=self.backend.admin_url,
+            ),
+            _PICKER: lambda: StrategyPicker(self.backend.core.strategy.name),
+            _DETAIL: lambda: ReplicaDetail(
+                first, partial_detail(self, first), self.styles_now, self.refreshed_signal
+            ),
+            _CONFIRM: lambda: ConfirmScreen(
+                "", (), self.styles_now, confirm_label="", danger=False
+            ),
+        }
+
+    def _prepare_kept(self, names: list[str]) -> None:
+        """Build the kept screens before their first key, one per idle moment after the
+        dashboard is drawn: the first ``i`` at the demo's default load took 150 ms (compose,
+        styles, and the stylesheet taking in the new widgets' CSS), every later one 25 ms."""
+        if not names or not self.is_running:
+            return
+        name, *rest = names
+        if not self.is_screen_installed(name):
+            screen = self._builders()[name]()
+            self.install_screen(screen, name)
+            # Textual composes an installed screen on its first push; registering it is what
+            # that push does first (Textual 8, pinned), so it is composed and styled now.
+            self._register(self, screen)
+        self.call_after_refresh(self._prepare_kept, rest)
 
     def _open(
         self, screen: Screen[Any], name: str, callback: Callable[[Any], None] | None = None
@@ -356,17 +390,7 @@ class ConsoleApp(App[None]):
         self.push_screen(name if kept else screen, callback)
 
     def _help(self) -> None:
-        help_screen = self._kept(
-            _HELP,
-            lambda: HelpScreen(
-                self.keys,
-                self.styles_now,
-                read_only=self.read_only,
-                front_url=self.backend.front_url,
-                admin_url=self.backend.admin_url,
-            ),
-        )
-        self._open(help_screen, _HELP)
+        self._open(self._kept(_HELP, HelpScreen), _HELP)
 
     def _pick_strategy(self) -> None:
         current = self.backend.core.strategy.name
@@ -375,7 +399,7 @@ class ConsoleApp(App[None]):
             if name is not None and name != current:
                 self.switch_strategy(name)
 
-        picker = self._kept(_PICKER, lambda: StrategyPicker(current))
+        picker = self._kept(_PICKER, StrategyPicker)
         picker.show(current)
         self._open(picker, _PICKER, chosen)
 
@@ -430,12 +454,7 @@ class ConsoleApp(App[None]):
                 self.notify(f"{spec.title.lower()} {replica}: cancelled", severity="information")
 
         lines, danger, follow = body(), spec.confirm, (self.refreshed_signal, body)
-        dialog = self._kept(
-            _CONFIRM,
-            lambda: ConfirmScreen(
-                title, lines, self.styles_now, confirm_label=spec.title, danger=danger
-            ),
-        )
+        dialog = self._kept(_CONFIRM, ConfirmScreen)
         dialog.show(
             title, lines, self.styles_now, confirm_label=spec.title, danger=danger, follow=follow
         )
@@ -521,11 +540,14 @@ class ConsoleApp(App[None]):
                 continue
             screen = self.get_screen(name)
             if screen not in self.screen_stack:
-                self.uninstall_screen(name)  # drawn in the old theme's tones: built anew
+                # Drawn in the old theme's tones: built anew. Uninstalled, it would still run.
+                self.uninstall_screen(name)
+                screen.remove()
             elif isinstance(screen, ReplicaDetail):
                 screen.restyle(self.styles_now)  # on show (or under a dialog): kept, redrawn
         self._apply_theme_class(theme.name)
         self._draw(force=True)
+        self.call_after_refresh(self._prepare_kept, list(_KEPT))
 
     def _apply_theme_class(self, name: str) -> None:
         self.set_class(name == "high-contrast", "-high-contrast")

@@ -11,7 +11,6 @@ from rich.console import Group
 from rich.text import Text
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widget import Widget
 from textual.widgets import Button, OptionList, Sparkline, Static
 
 from console.app import ConsoleApp
@@ -289,9 +288,7 @@ async def test_opening_and_closing_the_screens_again_and_again_leaves_nothing_be
     app = ConsoleApp(rig.backend, auto_refresh=False)
 
     def census() -> tuple[int, int, int, int]:
-        nodes = [
-            n for s in [*app._installed_screens.values(), app.screen_stack[0]] for n in _walk(s)
-        ]
+        nodes = list(app._registry)
         timers = len(app._timers) + sum(len(n._timers) for n in nodes)
         subscribers = len(app.refreshed_signal._subscriptions)
         return len(nodes), timers, len(app._installed_screens), subscribers
@@ -317,11 +314,6 @@ async def test_opening_and_closing_the_screens_again_and_again_leaves_nothing_be
         assert [type(s) for s in kept] == [HelpScreen, StrategyPicker, ReplicaDetail, ConfirmScreen]
 
 
-def _walk(screen: object) -> list[Widget]:
-    assert isinstance(screen, Screen)
-    return [n for n in screen.walk_children(with_self=True) if isinstance(n, Widget)]
-
-
 async def test_quitting_while_the_refresh_runs_raises_nothing() -> None:
     """The app closes its screens (the kept ones too) before its refresh timer stops; a tick
     in between must not look for the dashboard's widgets, already gone."""
@@ -333,3 +325,52 @@ async def test_quitting_while_the_refresh_runs_raises_nothing() -> None:
                 app.perform(action)
                 await pilot.pause(0.05)
                 await app.pop_screen()
+
+
+KEPT = ("help", "strategy-picker", "replica-detail", "confirm")
+
+
+async def test_the_kept_screens_are_built_before_their_first_key() -> None:
+    """Once the dashboard is drawn, each kept screen is composed off screen, so even the
+    first press of its key finds it built; the first ``i`` shows the selected replica."""
+    rig = loaded_rig()
+    app = ConsoleApp(rig.backend, auto_refresh=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        built = [app.get_screen(name) for name in KEPT if app.is_screen_installed(name)]
+        assert len(built) == len(KEPT)
+        assert all(screen.is_running for screen in built)
+        assert len(app.screen_stack) == 1  # built, not shown
+        detail = app.get_screen("replica-detail")
+        assert isinstance(detail, ReplicaDetail)
+        await pilot.press("down", "i")
+        await pilot.pause()
+        assert on_show(app, detail)
+        assert static_text(detail, "#facts").startswith("r1 ")
+
+
+async def test_a_theme_change_leaves_no_screen_of_the_old_theme_running() -> None:
+    """The kept screens drawn in the old theme's tones are taken down, not just forgotten,
+    and built again: the app holds as many nodes after each change as before it."""
+    rig = loaded_rig()
+    app = ConsoleApp(rig.backend, auto_refresh=False)
+    async with app.run_test(size=SIZE) as pilot:
+        for keys in (("s", "escape"), ("i", "escape"), ("d", "n")):
+            await pilot.press(*keys)
+            await pilot.pause()
+        old = [app.get_screen(name) for name in KEPT]
+        nodes = len(app._registry)
+        counts = []
+        for theme in ("light", "high-contrast", "light"):
+            app.set_theme(theme)
+            for _ in range(len(KEPT) + 2):
+                await pilot.pause()
+            counts.append(len(app._registry))
+        # Fewer at most: screens shown before had scrollbars, made when first laid out.
+        assert counts[0] <= nodes
+        assert counts == [counts[0]] * 3
+        assert not any(screen.is_running for screen in old)
+        new = [app.get_screen(name) for name in KEPT]
+        assert all(screen.is_running for screen in new)
+        assert not set(map(id, new)) & set(map(id, old))
