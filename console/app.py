@@ -19,11 +19,12 @@ from __future__ import annotations
 import gc
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
+from textual.screen import Screen
 from textual.signal import Signal
 from textual.timer import Timer
 
@@ -81,6 +82,17 @@ young: a bench_console.py run at 160x48, watched with ``gc.callbacks``, had one 
 
 _HELP = "help"
 """The installed help screen's name."""
+_PICKER = "strategy-picker"
+"""The installed strategy picker's name."""
+_DETAIL = "replica-detail"
+"""The installed replica detail's name."""
+_CONFIRM = "confirm"
+"""The installed confirmation dialog's name."""
+_KEPT = (_HELP, _PICKER, _DETAIL, _CONFIRM)
+"""Screens built on first use and kept: composing and styling one anew on each press was
+most of the time from its key to the screen (see :meth:`ConsoleApp._kept`)."""
+
+S = TypeVar("S", bound=Screen[Any])
 
 REFRESH_STEPS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
 WIDE_AT = 200
@@ -173,6 +185,7 @@ class ConsoleApp(App[None]):
         self.refresh_data(tick=True)
         if self.live:
             self._timer = self.set_interval(self.refresh_s, self._tick, name="console-refresh")
+        self.call_after_refresh(self._prepare_kept, list(_KEPT))
 
     def on_unmount(self) -> None:
         gc.set_threshold(*self._gc_before)
@@ -189,7 +202,9 @@ class ConsoleApp(App[None]):
     # ---- data ------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        if not self.paused:
+        # Not while the app shuts down: it takes the screens down before its own timers, and
+        # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
+        if not self.paused and self.is_running:
             self.refresh_data(tick=True)
 
     def refresh_data(self, *, tick: bool = False) -> None:
@@ -334,11 +349,10 @@ class ConsoleApp(App[None]):
 
     def _targeted(self, action_id: str, replica: str) -> None:
         if action_id == "detail":
-            self.push_screen(
-                ReplicaDetail(
-                    replica, partial_detail(self, replica), self.styles_now, self.refreshed_signal
-                )
-            )
+            data = partial_detail(self, replica)
+            detail = self._kept(_DETAIL, ReplicaDetail)
+            detail.show(replica, data)
+            self._open(detail, _DETAIL)
         elif action_id in ("weight", "batch"):
             self._ask_value(action_id, replica)
         else:
@@ -360,29 +374,77 @@ class ConsoleApp(App[None]):
             ClusterScreen(cluster, refresh_s=self.refresh_s, hint=hint, live=self.live)
         )
 
-    def _help(self) -> None:
-        # Built once and kept: composing and styling a new screen on each press was most of
-        # the time from ``?`` to the help on screen.
-        if not self.is_screen_installed(_HELP):
-            help_screen = HelpScreen(
+    def _kept(self, name: str, kind: type[S]) -> S:
+        """The screen installed as ``name``, built on first use; a new one, not installed,
+        while the kept one is already open (a key on it that opens another)."""
+        if not self.is_screen_installed(name):
+            self.install_screen(self._builders()[name](), name)
+        screen = self.get_screen(name)
+        if screen in self.screen_stack:
+            screen = self._builders()[name]()
+        assert isinstance(screen, kind)
+        return screen
+
+    def _builders(self) -> dict[str, Callable[[], Screen[Any]]]:
+        """A new screen of each kind kept; each open then shows what it is for."""
+        first = next(iter(self.replica_ids()), "")
+        return {
+            _HELP: lambda: HelpScreen(
                 self.keys,
                 self.styles_now,
                 read_only=self.read_only,
                 front_url=self.backend.front_url,
                 admin_url=self.backend.admin_url,
                 broker=self.backend.cluster is not None,
-            )
-            self.install_screen(help_screen, _HELP)
-        self.push_screen(_HELP)
+            ),
+            _PICKER: lambda: StrategyPicker(self._strategy_now()),
+            _DETAIL: lambda: ReplicaDetail(
+                first, partial_detail(self, first), self.styles_now, self.refreshed_signal
+            ),
+            _CONFIRM: lambda: ConfirmScreen(
+                "", (), self.styles_now, confirm_label="", danger=False
+            ),
+        }
+
+    def _prepare_kept(self, names: list[str]) -> None:
+        """Build the kept screens before their first key, one per idle moment after the
+        dashboard is drawn: the first ``i`` at the demo's default load took 150 ms (compose,
+        styles, and the stylesheet taking in the new widgets' CSS), every later one 25 ms."""
+        if not names or not self.is_running:
+            return
+        name, *rest = names
+        if not self.is_screen_installed(name):
+            screen = self._builders()[name]()
+            self.install_screen(screen, name)
+            # Textual composes an installed screen on its first push; registering it is what
+            # that push does first (Textual 8, pinned), so it is composed and styled now.
+            self._register(self, screen)
+        self.call_after_refresh(self._prepare_kept, rest)
+
+    def _open(
+        self, screen: Screen[Any], name: str, callback: Callable[[Any], None] | None = None
+    ) -> None:
+        """Push ``screen``: by its installed name when it is the kept one."""
+        kept = self.is_screen_installed(name) and self.get_screen(name) is screen
+        self.push_screen(name if kept else screen, callback)
+
+    def _help(self) -> None:
+        self._open(self._kept(_HELP, HelpScreen), _HELP)
+
+    def _strategy_now(self) -> str:
+        # Not the last drawn snapshot: with the refresh paused it names a strategy switched since.
+        return self.backend.snapshot().strategy
 
     def _pick_strategy(self) -> None:
-        current = (self.last_snapshot or self.backend.snapshot()).strategy
+        current = self._strategy_now()
 
         def chosen(name: str | None) -> None:
             if name is not None and name != current:
                 self.switch_strategy(name)
 
-        self.push_screen(StrategyPicker(current), chosen)
+        picker = self._kept(_PICKER, StrategyPicker)
+        picker.show(current)
+        self._open(picker, _PICKER, chosen)
 
     def switch_strategy(self, name: str) -> None:
         if self.read_only:
@@ -434,17 +496,12 @@ class ConsoleApp(App[None]):
             else:
                 self.notify(f"{spec.title.lower()} {replica}: cancelled", severity="information")
 
-        self.push_screen(
-            ConfirmScreen(
-                title,
-                body(),
-                self.styles_now,
-                confirm_label=spec.title,
-                danger=spec.confirm,
-                follow=(self.refreshed_signal, body),
-            ),
-            answered,
+        lines, danger, follow = body(), spec.confirm, (self.refreshed_signal, body)
+        dialog = self._kept(_CONFIRM, ConfirmScreen)
+        dialog.show(
+            title, lines, self.styles_now, confirm_label=spec.title, danger=danger, follow=follow
         )
+        self._open(dialog, _CONFIRM, answered)
 
     def _impact_lines(self, action_id: str, replica: str) -> list[tuple[Cell, ...]]:
         """What the action would do now (the confirmation's body, rebuilt at each refresh)."""
@@ -537,10 +594,19 @@ class ConsoleApp(App[None]):
 
     def _on_theme_changed(self, theme: Any) -> None:
         self.styles_now = styles_for(theme)
-        if self.is_screen_installed(_HELP) and self.get_screen(_HELP) not in self.screen_stack:
-            self.uninstall_screen(_HELP)  # drawn in the old theme's tones: built anew
+        for name in _KEPT:
+            if not self.is_screen_installed(name):
+                continue
+            screen = self.get_screen(name)
+            if screen not in self.screen_stack:
+                # Drawn in the old theme's tones: built anew. Uninstalled, it would still run.
+                self.uninstall_screen(name)
+                screen.remove()
+            elif isinstance(screen, ReplicaDetail):
+                screen.restyle(self.styles_now)  # on show (or under a dialog): kept, redrawn
         self._apply_theme_class(theme.name)
         self._draw(force=True)
+        self.call_after_refresh(self._prepare_kept, list(_KEPT))
 
     def _apply_theme_class(self, name: str) -> None:
         self.set_class(name == "high-contrast", "-high-contrast")

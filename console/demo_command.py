@@ -1,8 +1,9 @@
 """``gpurouter demo``: a live heterogeneous fleet being routed, with nothing installed.
 
-The composition lives in :mod:`router.demo` (broker, emulated fleet, node agents, router,
-load); this module is its edge: options, the banner with the front door's address, the
-per-second lines of ``--headless``, the console otherwise, and errors as one line.
+The composition lives in :mod:`router.demo` (broker, router, and the lab in a child process:
+emulated fleet, node agents, load); this module is its edge: options, the banner with the
+front door's address, the per-second lines of ``--headless``, the console otherwise, and
+errors as one line (a lab process that dies ends the demo with its reason, exit 1).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: the HTTP and MQTT stacks are not needed to build the parser.
     from router.config import load_fleet
     from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
+    from router.demo.lab_process import LabLostError
 
     try:
         if args.duration is not None and args.duration <= 0:
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             asyncio.run(_headless(demo, args.duration, args.json, out, err))
         else:
             asyncio.run(_console(demo, args.duration, out))
+    except LabLostError as exc:
+        err.write(f"{PROG}: {exc}\n")
+        return 1
     except (GpuRouterError, ValueError) as exc:
         err.write(f"{PROG}: {exc}\n")
         return 2
@@ -114,10 +119,13 @@ def banner(demo: Demo) -> list[str]:
         f" / openai base_url={front}/v1)",
         f"admin API: {admin}  (try: gpurouter ctl --admin {admin} strategy "
         "shortest-expected-delay)",
-        f"telemetry: MQTT broker {demo.broker_url}, {len(demo.agents)} node agents",
+        f"telemetry: MQTT broker {demo.broker_url}, {demo.agent_count} node agents",
         f"load: {demo.options.load.low:g}-{demo.options.load.high:g} of the fleet's capacity "
         f"({demo.capacity_rps:.1f} req/s at time scale 1), "
         f"strategy {demo.fleet.router.strategy.name}",
+        f"faults: the emulator's fault API {demo.fault_url}  (try: curl -X POST "
+        f'{demo.fault_url}/faults/{demo.fleet.replicas[0].id} -d \'{{"fault": "slow", '
+        '"factor": 3}\')',
     ]
 
 
@@ -125,6 +133,7 @@ async def _headless(
     demo: Demo, duration: float | None, as_json: bool, out: TextIO, err: TextIO
 ) -> None:
     stop = asyncio.Event()
+    demo.on_lab_lost = stop.set
     with _signals(stop.set):
         try:
             await demo.start()
@@ -136,6 +145,14 @@ async def _headless(
             await demo.stop()
     if demo.server is not None:
         _print(demo.summary(), as_json, out)
+    _raise_if_lab_lost(demo)
+
+
+def _raise_if_lab_lost(demo: Demo) -> None:
+    from router.demo.lab_process import LabLostError
+
+    if demo.lab_lost is not None:
+        raise LabLostError(demo.lab_lost)
 
 
 async def _lines(
@@ -205,7 +222,8 @@ def _by_strategy(values: dict[str, float], spec: str) -> str:
 
 
 def demo_app(demo: Demo) -> ConsoleApp:
-    """The console on a started demo's router; Ctrl+C quits it as q does."""
+    """The console on a started demo's router; Ctrl+C quits it as q does, and it quits by
+    itself if the demo's lab process dies."""
     from textual.binding import Binding, BindingType
 
     from console.app import ConsoleApp
@@ -230,15 +248,21 @@ def demo_app(demo: Demo) -> ConsoleApp:
         notes=banner(demo),
         actor="demo-console",
     )
-    return DemoApp(backend)
+    app = DemoApp(backend)
+    # A lab that dies leaves nothing to watch: the console leaves, and the command says why.
+    demo.on_lab_lost = app.exit
+    return app
 
 
 async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
     try:
         await demo.start()
         app = demo_app(demo)
+        loop = asyncio.get_running_loop()
         if duration is not None:
-            asyncio.get_running_loop().call_later(duration, app.exit)
+            loop.call_later(duration, app.exit)
+        if demo.lab_lost is not None:  # lost before the console was there to hear it
+            loop.call_soon(app.exit)
         with _signals(app.exit):
             await app.run_async()
     finally:
@@ -246,6 +270,7 @@ async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
     if demo.server is not None:
         out.write(banner(demo)[0] + "\n")
         out.write("\n".join(summary_lines(demo.summary()["summary"])) + "\n")
+    _raise_if_lab_lost(demo)
 
 
 @contextlib.contextmanager

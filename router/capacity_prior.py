@@ -21,10 +21,12 @@ shape stands in (``throughput_curve``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
 import multiprocessing
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -139,7 +141,12 @@ class ProcessFitter:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            # The pool's first lock starts multiprocessing's resource tracker, which is
+            # handed sys.stderr's descriptor. Under the console (a Textual app) sys.stderr is
+            # a capture whose fileno() is -1, and the tracker, hence the pool, failed to
+            # start on every refresh. The process's own stderr is what the tracker needs.
+            with contextlib.redirect_stderr(sys.__stderr__):
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
         return self._pool
 
 

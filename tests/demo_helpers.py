@@ -1,4 +1,5 @@
-"""A small demo fleet on free loopback ports, and port checks, for the demo's tests."""
+"""A small demo fleet on free loopback ports, and port and process checks, for the demo's
+tests (the process checks read /proc)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,27 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: the fields follow it.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

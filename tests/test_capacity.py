@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import heapq
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +246,48 @@ def test_the_process_fitter_answers_pending_then_the_models_curve() -> None:
     finally:
         fitter.close()
     assert answer == InlineFitter().curve(deployment, lengths)
+
+
+_UNDER_A_CAPTURE = """
+import contextlib, time
+from router.capacity_prior import InlineFitter, Pending, ProcessFitter
+from router.perf.model import Deployment
+from router.perf.profiles import default_catalog
+
+class Capture:  # what a Textual app puts in sys.stderr: a stream without a descriptor
+    def write(self, text): return len(text)
+    def flush(self): pass
+    def fileno(self): return -1
+
+catalog = default_catalog()
+deployment = Deployment(catalog.gpu("A100-80GB"), catalog.model("Llama-3.1-8B"))
+lengths = tuple((500 + 7 * i, 100 + i) for i in range(60))
+fitter = ProcessFitter()
+try:
+    with contextlib.redirect_stderr(Capture()):
+        answer = fitter.curve(deployment, lengths)
+    for _ in range(3000):  # bounded: the worker starts in about a second, a run takes less
+        if not isinstance(answer, Pending):
+            break
+        time.sleep(0.01)
+        answer = fitter.curve(deployment, lengths)
+finally:
+    fitter.close()
+assert answer == InlineFitter().curve(deployment, lengths), answer
+print("fitted")
+"""
+
+
+def test_the_process_fitter_starts_under_a_console_that_captures_stderr() -> None:
+    """Under the console, sys.stderr has no descriptor; the worker starts all the same. In a
+    fresh interpreter: multiprocessing starts its resource tracker once per process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _UNDER_A_CAPTURE],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "fitted"

@@ -13,9 +13,9 @@ from router.capacity import SAMPLE, Prior, ReplicaCapacity, _agreement
 from router.capacity_prior import sample_curve
 from router.config.loader import load_fleet
 from router.perf.model import Deployment
-from router.sim.replica_model import deployment_for
 from router.sim.capacity import measure_capacity
-from router.sim.runner import Workload, catalog_for, engine_for, trace_rows
+from router.sim.replica_model import deployment_for, engine_for
+from router.sim.runner import Workload, catalog_for, trace_rows
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
 

@@ -12,6 +12,7 @@ HEADLESS_MODULES = [
     "router.snapshot",
     "router.strategies",
     "router.config",
+    "router.demo.lab_child",  # the demo's lab process: a fleet and its clients, no UI
 ]
 
 

@@ -13,12 +13,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.signal import Signal
-from textual.widgets import Footer, Sparkline, Static
+from textual.widgets import Sparkline, Static
 
 from console.view.capacity import capacity_lines
 from console.view.detail import decision_lines, facts
 from console.view.format import Cell
 from console.view.history import ReplicaHistory
+from console.widgets.key_footer import KeyFooter
 from console.widgets.tones import Styles, to_text
 from router.snapshot import ReplicaSnapshot
 from router.strategies import Explanation
@@ -41,7 +42,17 @@ def _lines(lines: list[tuple[Cell, ...]] | tuple[tuple[Cell, ...], ...], styles:
     return text
 
 
+TTFT_LABEL = "TTFT p50 (last 2 min)"
+THRU_LABEL = "Throughput, req/s"
+
+
 class ReplicaDetail(Screen[None]):
+    """One replica in detail, redrawn at each refresh while it is on screen.
+
+    Built once and kept by the app: :meth:`show` points it at another replica, and each
+    open draws every part afresh (what a new screen would show), so an open costs no
+    compose, no styling of new widgets and no rebuilt footer."""
+
     DEFAULT_CSS = """
     ReplicaDetail #capacity {
         height: auto;
@@ -70,42 +81,66 @@ class ReplicaDetail(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="facts")
         yield Static(id="capacity")
-        yield Static("TTFT p50 (last 2 min)", classes="chart-label", id="ttft-label")
+        yield Static(TTFT_LABEL, classes="chart-label", id="ttft-label")
         yield Sparkline([], id="ttft")
-        yield Static("Throughput, req/s", classes="chart-label", id="thru-label")
+        yield Static(THRU_LABEL, classes="chart-label", id="thru-label")
         yield Sparkline([], id="thru")
         with VerticalScroll(id="decisions"):
             yield Static(id="decision-lines")
-        yield Footer()
+        # Textual's footer rebuilds all its keys each time the screen comes back; this one
+        # keeps them while the bindings are the same.
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#decisions").border_title = "Recent decisions that chose it"
         self.query_one("#capacity").border_title = "Capacity"
         if self.refreshed is not None:
-            self.refreshed.subscribe(self, lambda _: self.redraw())
+            self.refreshed.subscribe(self, lambda _: self._refreshed())
+
+    def on_screen_resume(self) -> None:
+        # Each open, and each return from a dialog over it, shows the data of now.
         self.redraw()
 
+    def show(self, replica: str, data: Callable[[], DetailData]) -> None:
+        """Show ``replica`` from ``data`` when next opened, scrolled back to the top."""
+        self.replica, self.data = replica, data
+        if self.is_mounted:
+            self.query_one("#decisions", VerticalScroll).scroll_home(animate=False)
+
+    def _refreshed(self) -> None:
+        # Kept while closed: only a screen in the stack (on top, or under a dialog) is drawn.
+        if self in self.app.screen_stack:
+            self.redraw()
+
     def redraw(self) -> None:
+        """Every part from the data of now: a kept screen shows nothing of its last open."""
         d = self.data()
         if d.replica is None:
             self.query_one("#facts", Static).update(f"{self.replica}: no such replica")
             self.query_one("#capacity", Static).update("")
+            self._charts(None)
+            self.query_one("#decision-lines", Static).update("")
             return
         self.query_one("#facts", Static).update(_lines(facts(d.replica), self.tones))
         self.query_one("#capacity", Static).update(_lines(capacity_lines(d.replica), self.tones))
-        if d.history is not None:
-            ttft = list(d.history.ttft_p50)
-            thru = list(d.history.throughput)
-            self.query_one("#ttft", Sparkline).data = ttft
-            self.query_one("#thru", Sparkline).data = thru
-            p50 = (
-                f"now {ttft[-1] * 1000:.0f}ms, max {max(ttft) * 1000:.0f}ms" if ttft else "no data"
-            )
-            self.query_one("#ttft-label", Static).update(f"TTFT p50 (last 2 min): {p50}")
-            t = f"now {thru[-1]:.1f}, max {max(thru):.1f}" if thru else "no data"
-            self.query_one("#thru-label", Static).update(f"Throughput, req/s: {t}")
+        self._charts(d.history)
         lines = decision_lines(d.decisions, self.replica, d.now)
         self.query_one("#decision-lines", Static).update(_lines(lines, self.tones))
+
+    def _charts(self, history: ReplicaHistory | None) -> None:
+        """The sparklines and their labels; as composed when there is no history."""
+        ttft = list(history.ttft_p50) if history is not None else []
+        thru = list(history.throughput) if history is not None else []
+        self.query_one("#ttft", Sparkline).data = ttft
+        self.query_one("#thru", Sparkline).data = thru
+        if history is None:
+            self.query_one("#ttft-label", Static).update(TTFT_LABEL)
+            self.query_one("#thru-label", Static).update(THRU_LABEL)
+            return
+        p50 = f"now {ttft[-1] * 1000:.0f}ms, max {max(ttft) * 1000:.0f}ms" if ttft else "no data"
+        self.query_one("#ttft-label", Static).update(f"{TTFT_LABEL}: {p50}")
+        t = f"now {thru[-1]:.1f}, max {max(thru):.1f}" if thru else "no data"
+        self.query_one("#thru-label", Static).update(f"{THRU_LABEL}: {t}")
 
     def restyle(self, styles: Styles) -> None:
         self.tones = styles

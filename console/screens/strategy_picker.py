@@ -19,7 +19,11 @@ from router.strategies import STRATEGIES
 
 class StrategyPicker(ModalScreen[str | None]):
     """Every strategy with its summary. The cursor's option starts with ``▶`` and the current
-    strategy says ``(current)``: both read without colour."""
+    strategy says ``(current)``: both read without colour.
+
+    Built once and kept by the app: :meth:`show` makes it what a new picker for the current
+    strategy would be, so an open costs no compose, no styling of new widgets and no first
+    render of every option."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
 
@@ -31,11 +35,14 @@ class StrategyPicker(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         options = [Option(self._prompt(name, cursor=False), id=name) for name in STRATEGIES]
         with Vertical(classes="dialog"):
-            yield Static(f"Routing strategy (now {self.current})", classes="title")
+            yield Static(self._title(), classes="title", id="strategy-title")
             yield OptionList(*options, id="strategies")
             yield Static(
                 "Enter switches; in-flight work is untouched. Esc cancels.", classes="hint"
             )
+
+    def _title(self) -> str:
+        return f"Routing strategy (now {self.current})"
 
     def _prompt(self, name: str, *, cursor: bool) -> Group:
         mark = "▶" if cursor else " "
@@ -50,6 +57,27 @@ class StrategyPicker(ModalScreen[str | None]):
         if self.current in names:
             picker.highlighted = names.index(self.current)
         picker.focus()
+
+    def show(self, current: str) -> None:
+        """Open again as a new picker would: ``current`` in the title and marked, the cursor
+        on it. Only the options whose prompt changes are drawn again."""
+        before, self.current = self.current, current
+        if not self.is_mounted:
+            return  # composed with ``current`` when first pushed
+        self.query_one("#strategy-title", Static).update(self._title())
+        picker = self.query_one(OptionList)
+        names = list(STRATEGIES)
+        cursor = names.index(current) if current in names else None
+        redo = {before, current} | ({names[self._marked]} if self._marked is not None else set())
+        for name in redo & set(names):
+            index = names.index(name)
+            picker.replace_option_prompt_at_index(index, self._prompt(name, cursor=index == cursor))
+        self._marked = cursor
+        picker.highlighted = cursor
+        picker.scroll_to(y=0, animate=False, immediate=True)
+        if cursor is not None:
+            picker.scroll_to_highlight()
+        self.set_focus(picker)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         picker = event.option_list

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from router.config.schema import FleetConfig
 from router.loadgen import RatePhase, Shot, schedule
@@ -21,6 +22,7 @@ from router.sim.workload import LengthMix, TraceMix, bundled_trace
 
 __all__ = [
     "DemoLoad",
+    "RatedSpan",
     "conv_mix",
     "demo_capacity_rps",
     "offered_rps",
@@ -85,7 +87,17 @@ def swinging_shots(
             yield dataclasses.replace(shot, at_s=shot.at_s + n * cycle_s)
 
 
-def offered_rps(phases: list[RatePhase], at_s: float) -> float:
+class RatedSpan(Protocol):
+    """A stretch of the schedule: a RatePhase, or its rate and length alone."""
+
+    @property
+    def duration_s(self) -> float: ...
+
+    @property
+    def rate_rps(self) -> float: ...
+
+
+def offered_rps(phases: Sequence[RatedSpan], at_s: float) -> float:
     """The scheduled rate at ``at_s`` emulated seconds from the start."""
     cycle_s = sum(p.duration_s for p in phases)
     t = at_s % cycle_s
