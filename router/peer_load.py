@@ -166,3 +166,34 @@ class PeerLoad:
                 r.peer_offset, r.peer_cost_offset = 0, 0.0
             changed.append(r)
         return changed
+
+
+MAX_LOADS = 4096
+"""Replicas a published load may name: junk cannot make one report cost without bound."""
+
+
+def load_body(report: PeerReport) -> dict[str, object]:
+    """A report as the ``load`` member of a ``routers/<id>/stats`` message."""
+    rows = [[x.replica, x.in_flight, round(x.cost, 3)] for x in report.loads]
+    return {"seq": report.seq, "replicas": rows}
+
+
+def read_load(router: str, body: object) -> PeerReport | None:
+    """The report in a stats message's ``load`` member; None when it has none or it is not
+    sound (a malformed figure is never counted)."""
+    if not isinstance(body, dict):
+        return None
+    seq, rows = body.get("seq"), body.get("replicas")
+    if type(seq) is not int or not isinstance(rows, list) or len(rows) > MAX_LOADS:
+        return None
+    loads: list[ReplicaLoad] = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3):
+            return None
+        replica, n, cost = row
+        if not isinstance(replica, str) or type(n) is not int or n < 0:
+            return None
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0:
+            return None
+        loads.append(ReplicaLoad(replica, n, float(cost)))
+    return PeerReport(router, seq, tuple(loads))
