@@ -329,6 +329,9 @@ class RouterCore:
         for scanned, req in enumerate(self.queue.waiting()):
             if scanned >= SCAN_LIMIT:
                 break
+            # Behind several routers each one's completions free slots for its own queue, and
+            # every peer's queue holds about as many as ours (an even balancer): a request's
+            # turn for a slot counts them all (shortest-expected-delay weighs waiting by it).
             req.waiting_ahead = (scanned + 1) * (1 + self.peers.count) - 1
             replica = self.strategy.pick(req, now)
             if replica is not None:
