@@ -100,13 +100,13 @@ class Workload:
 
 def dispatch(pool: ReplicaPool, r: Replica, req: Request) -> None:
     r.running[req.id] = req
-    r.outstanding_cost += req.cost
+    r.own_cost += req.cost
     pool.changed(r)
 
 
 def complete(pool: ReplicaPool, r: Replica, req: Request) -> None:
     del r.running[req.id]
-    r.outstanding_cost -= req.cost
+    r.own_cost -= req.cost
     pool.changed(r)
 
 

@@ -28,6 +28,7 @@ from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.decision_log import EXPLAINED_PER_S, DecisionLog
 from router.errors import ControlError
+from router.peer_load import STALE_PERIODS, STATS_PERIOD_S, PeerLoad, PeerReport, own_report
 from router.pool import ReplicaPool
 from router.replica import Replica, ReplicaState
 from router.request import Priority, Request, estimate_cost
@@ -104,9 +105,13 @@ class RouterCore:
         clock: Clock = monotonic,
         rng: random.Random | None = None,
         explained_per_s: float | None = EXPLAINED_PER_S,
+        router_id: str = "router",
+        peer_stale_after_s: float = STALE_PERIODS * STATS_PERIOD_S,
     ) -> None:
         """``explained_per_s``: the decision log's budget (router/decision_log.py); None
-        explains every decision."""
+        explains every decision. ``router_id`` names this router to its peers, and
+        ``peer_stale_after_s`` is how long a silent peer's load still counts
+        (router/peer_load.py)."""
         self.fleet = fleet
         self.settings = fleet.router
         self.clock = clock
@@ -115,6 +120,9 @@ class RouterCore:
         self.capacity = FleetCapacity(fleet, self.pool.replicas, self.settings.cost.prompt_factor)
         """Each replica's learned service rate and KV size (router/capacity.py)."""
         self.capacity.refresh(clock())
+        self.peers = PeerLoad(router_id, self.pool.replicas, stale_after_s=peer_stale_after_s)
+        """The other routers' reported load on each replica (router/peer_load.py)."""
+        self._report_seq = 0
         self.queue = AdmissionQueue(self.settings.queue.size)
         self.stats = [ReplicaStats() for _ in self.pool]
         self.outcomes: Counter[Outcome] = Counter()
@@ -226,6 +234,9 @@ class RouterCore:
         now = self.clock()
         if self.capacity.due(now):
             self.refresh_capacity()
+        if self.peers.count:
+            self._close_shares(now)
+            self._peer_figures(self.peers.expire(now))
         return [
             self._finish(req, Outcome.EXPIRED, "deadline passed in the queue")
             for req in self.queue.expire(now)
@@ -238,6 +249,31 @@ class RouterCore:
             self.pool.changed(r)
         if changed:
             self.dispatch()
+
+    # ---- peer routers (router/peer_load.py) ------------------------------------------------
+
+    def load_report(self) -> PeerReport:
+        """This router's own load per replica, for its peers (``routers/<id>/stats``)."""
+        self._report_seq += 1
+        return own_report(self.peers.router, self._report_seq, self.pool.replicas)
+
+    def hear_peer(self, report: PeerReport) -> None:
+        """Another router's load report arrived: count it on the replicas it names."""
+        now = self.clock()
+        self._close_shares(now)
+        self._peer_figures(self.peers.heard(report, now))
+
+    def _close_shares(self, now: float) -> None:
+        # Learned capacity integrates each replica's concurrency over time (router/capacity.py):
+        # close the interval at the old figure before the peers' part of it moves.
+        for r in self.pool:
+            self.capacity.advance(r, now)
+
+    def _peer_figures(self, changed: list[Replica]) -> None:
+        for r in changed:
+            self.pool.changed(r)
+        if changed:
+            self.dispatch()  # a peer's load went down: a slot may have opened
 
     def retry_after(self) -> float:
         """Seconds a rejected client should wait: the queue's drain time at the current
@@ -293,7 +329,10 @@ class RouterCore:
         for scanned, req in enumerate(self.queue.waiting()):
             if scanned >= SCAN_LIMIT:
                 break
-            req.waiting_ahead = scanned
+            # Behind several routers each one's completions free slots for its own queue, and
+            # every peer's queue holds about as many as ours (an even balancer): a request's
+            # turn for a slot counts them all (shortest-expected-delay weighs waiting by it).
+            req.waiting_ahead = (scanned + 1) * (1 + self.peers.count) - 1
             replica = self.strategy.pick(req, now)
             if replica is not None:
                 return req, replica
@@ -316,7 +355,7 @@ class RouterCore:
         )
         self.stats[r.index].cost_sent.add(now, req.cost)
         r.running[req.id] = req
-        r.outstanding_cost += req.cost
+        r.own_cost += req.cost
         self._running[req.id] = a
         self.tuner.started(r)
         self.pool.changed(r)
@@ -454,7 +493,7 @@ class RouterCore:
         self.capacity.advance(r, self.clock())
         del r.running[a.request.id]
         # Recomputing when empty keeps float drift from piling up over millions of requests.
-        r.outstanding_cost = r.outstanding_cost - a.request.cost if r.running else 0.0
+        r.own_cost = r.own_cost - a.request.cost if r.running else 0.0
 
     def _requeue(self, req: Request, avoid: Replica | None) -> None:
         others = avoid is not None and any(

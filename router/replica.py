@@ -71,7 +71,16 @@ class Replica:
     """An operator set the weight; the tuner leaves it alone until released."""
     batch_pinned: bool = False
     running: dict[str, Request] = field(default_factory=dict)
-    outstanding_cost: float = 0.0
+    """This router's own requests running there."""
+    own_cost: float = 0.0
+    """Estimated cost of this router's own requests running there."""
+    peers: int = 0
+    """Other routers whose load reports count now (router/peer_load.py; 0 with one router)."""
+    peer_offset: int = 0
+    """Sum over those peers of (reported in flight - ours when the report came): their
+    in flight now is estimated as that plus ``peers`` times ours (router/peer_load.py)."""
+    peer_cost_offset: float = 0.0
+    """The same for outstanding cost."""
     latency: PeakEwma = field(default_factory=PeakEwma)
     """Seconds per unit of cost, over completed requests."""
     telemetry: Telemetry | None = None
@@ -108,7 +117,33 @@ class Replica:
 
     @property
     def in_flight(self) -> int:
+        """Requests running there: this router's own plus its peers' estimated ones. What
+        every load-aware strategy and the batch-size limit count."""
+        return len(self.running) + self.peer_in_flight
+
+    @property
+    def own_in_flight(self) -> int:
+        """This router's own requests running there."""
         return len(self.running)
+
+    @property
+    def peer_in_flight(self) -> int:
+        """The other routers' requests running there, estimated (router/peer_load.py)."""
+        if not self.peers:
+            return 0
+        return max(0, self.peers * len(self.running) + self.peer_offset)
+
+    @property
+    def peer_cost(self) -> float:
+        """The other routers' outstanding cost there, estimated the same way."""
+        if not self.peers:
+            return 0.0
+        return max(0.0, self.peers * self.own_cost + self.peer_cost_offset)
+
+    @property
+    def outstanding_cost(self) -> float:
+        """Estimated work running there: this router's own plus its peers'."""
+        return self.own_cost + self.peer_cost
 
     def expected_seconds(self, cost: float) -> float:
         """Seconds to finish the work already here plus ``cost`` more, at the learned rate."""
@@ -132,8 +167,13 @@ class Replica:
 
     @property
     def has_slot(self) -> bool:
-        """Active with room for one more request."""
-        return self.state is ReplicaState.ACTIVE and len(self.running) < self.batch_size
+        """Active with room for one more request, the peers' requests counted (a replica's
+        batch size is shared by every router in front of it).
+
+        Up to one request per peer past the batch size is allowed: a slot a peer's request
+        freed is seen only at that peer's next report, and without the slack it would stay
+        empty until then whenever that peer has nothing waiting (see router/peer_load.py)."""
+        return self.state is ReplicaState.ACTIVE and self.in_flight < self.batch_size + self.peers
 
     def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:
         """Busy fraction 0..1 and whether it came from fresh GPU telemetry.
@@ -144,7 +184,7 @@ class Replica:
         t = self.telemetry
         if t is not None and now - t.received_at <= stale_after_s:
             return t.utilization, True
-        return min(1.0, len(self.running) / self.batch_size), False
+        return min(1.0, self.in_flight / self.batch_size), False
 
     @property
     def models(self) -> tuple[str, ...]:

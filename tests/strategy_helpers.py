@@ -94,15 +94,15 @@ def request(
 
 def dispatch(pool: ReplicaPool, replica: Replica, req: Request) -> None:
     replica.running[req.id] = req
-    replica.outstanding_cost += req.cost
+    replica.own_cost += req.cost
     pool.changed(replica)
 
 
 def complete(pool: ReplicaPool, replica: Replica, req: Request) -> None:
     del replica.running[req.id]
-    replica.outstanding_cost -= req.cost
+    replica.own_cost -= req.cost
     if not replica.running:
-        replica.outstanding_cost = 0.0  # no float residue once idle
+        replica.own_cost = 0.0  # no float residue once idle
     pool.changed(replica)
 
 

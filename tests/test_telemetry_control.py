@@ -14,6 +14,7 @@ import pytest
 from router.control import ControlSurface, Drain, SetStrategy, SetWeight, Undrain
 from router.core import RouterCore
 from router.replica import ReplicaState
+from router.request import Request
 from router.telemetry.control_topics import (
     ControlLink,
     ControlPublisher,
@@ -204,3 +205,20 @@ def test_a_control_message_with_an_absurd_value_is_dropped_and_counted(
     assert len(surface.audit) == 0
     after = surface.core.replica("h100-0").weight, surface.core.replica("h100-0").batch_size
     assert after == before
+
+
+async def test_routers_count_each_others_load_over_the_broker(mqtt_broker: Broker) -> None:
+    """Each router's stats carry its own requests per replica; the other router counts them
+    on the same replicas (router/peer_load.py), and not as its own."""
+    (link_a, a), (link_b, b) = router(mqtt_broker.url, "ra"), router(mqtt_broker.url, "rb")
+    for i in range(3):
+        b.core.submit(Request(f"b{i}", 100, 100, arrival=b.core.clock()))
+    held = {r.id: r.own_in_flight for r in b.core.pool if r.own_in_flight}
+    async with linked(link_a), linked(link_b):
+        await until(
+            lambda: {r.id: r.in_flight for r in a.core.pool if r.in_flight} == held,
+            what="router a counting router b's requests",
+        )
+        assert all(r.own_in_flight == 0 for r in a.core.pool)
+        # a runs nothing, but is counted as a peer once b hears a's stats (its own schedule)
+        await until(lambda: b.core.peers.count == 1, what="router b counting router a")

@@ -16,6 +16,7 @@ from router.config.schema import FleetConfig, ReplicaConfig
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.sim.capacity import PRECISE, capacity_at, measure_capacity
 from router.sim.replica_model import engine_for
+from router.sim.routers import Routers
 from router.sim.simulator import WARMUP_SHARE, SimResult, Simulation
 from router.sim.workload import (
     Arrival,
@@ -158,14 +159,18 @@ def simulate(
     seed: int,
     capacities: dict[str, float],
     catalog: ProfileCatalog | None = None,
+    routers: Routers | None = None,
 ) -> Run:
-    """Run one strategy on the workload at ``rate`` for ``duration`` simulated seconds."""
+    """Run one strategy on the workload at ``rate`` for ``duration`` simulated seconds
+    (behind several routers when ``routers`` says so)."""
     if not (rate > 0 and duration > 0):
         raise ValueError(f"rate and duration must be > 0, got {rate} and {duration}")
     catalog = catalog or catalog_for(fleet)
     # The router gets the fleet file as written: what it knows of each engine beyond that
     # it learns as the live router does (the engines' /metrics, its own accounting).
-    sim = Simulation(fleet, strategy, seed=seed, catalog=catalog, capacities=capacities)
+    sim = Simulation(
+        fleet, strategy, seed=seed, catalog=catalog, capacities=capacities, routers=routers
+    )
     start = WARMUP_SHARE * duration
     in_window = 0
 
@@ -195,21 +200,26 @@ def max_sustainable(
     slo_ttft_p99_s: float = 2.0,
     steps: int = 7,
     catalog: ProfileCatalog | None = None,
+    routers: Routers | None = None,
+    bracket: tuple[float, float] = (0.0, 1.2),
 ) -> tuple[float, SimResult | None]:
     """The highest rate whose p99 TTFT stays under the SLO, by bisection on the load.
 
     Searches loads between 0 and 1.2 times capacity (``steps`` halvings: 7 give 1% of
-    capacity); returns the rate and the run at it. A rate also has to keep up: completions
-    in the steady-state window at least ``KEEP_UP`` of its arrivals. Without that, a fleet
+    capacity; a narrower ``bracket`` gives the same resolution in fewer); returns the rate
+    and the run at it (the bracket's low end and None when no load in it passed). A rate
+    also has to keep up: completions in the steady-state window at least ``KEEP_UP`` of its
+    arrivals. Without that, a fleet
     whose batch sizes let a replica take more than it serves hides a growing backlog in its
     engines' batches, where TTFT stays short while every request slows down.
     """
-    lo, hi = 0.0, 1.2
+    lo, hi = bracket
     best: SimResult | None = None
     for _ in range(steps):
         mid = (lo + hi) / 2
+        rate = mid * capacity_rps
         run = simulate(
-            fleet, strategy, workload, mid * capacity_rps, duration, seed, capacities, catalog
+            fleet, strategy, workload, rate, duration, seed, capacities, catalog, routers
         )
         ttft = run.result.ttft_p99_s
         if ttft is not None and ttft <= slo_ttft_p99_s and run.kept_up >= KEEP_UP:

@@ -22,6 +22,13 @@ would: failed attempts are retried elsewhere and, enough of them in a row, eject
 (within the monitor's limits: its maximum ejected share, panic mode) until a readmission
 probe finds it back: one at every ``check_interval_s`` during the ejection window, and one
 when it ends.
+
+Several routers (``routers=Routers(count=N)``, router/sim/routers.py) put N router cores, each
+with its own queue, strategy, learned capacity and health monitor, in front of the same
+engines: an L4 balancer gives each arrival to one of them, each publishes its own load per
+replica every ``stats_interval_s`` and the others count it (router/peer_load.py) a broker hop
+later; with ``sharing=False`` none hears of the others. Router 0 draws from the seed as a
+plain run does, so one router is exactly a plain run.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from router.clock import ManualClock
@@ -43,10 +51,11 @@ from router.replica import EngineLoad, Replica, ReplicaState
 from router.request import Request
 from router.sim.engine import BLOCK_TOKENS, Engine, Sequence, StepCost
 from router.sim.replica_model import deployment_for, engine_for
+from router.sim.routers import Balancer, Routers
 from router.sim.workload import Arrival
 from router.stats import percentile
 
-ARRIVAL, STEP, EXPIRE, TUNE, CALL, ENGINE_METRICS = range(6)
+ARRIVAL, STEP, EXPIRE, TUNE, CALL, ENGINE_METRICS, PUBLISH = range(7)
 WARMUP_SHARE = 0.2
 REFUSED_AFTER_S = 0.001
 """How long an attempt on a dead or failing replica takes to fail (a refused connection), and
@@ -72,6 +81,8 @@ class _Record:
     outcome: Outcome | None = None
     output_tokens: int = 0
     replica: str | None = None
+    router: int = 0
+    """Which router the balancer gave it to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +143,32 @@ class Simulation(CoreListener):
         strategy_params: Mapping[str, Any] | None = None,
         catalog: ProfileCatalog | None = None,
         capacities: Mapping[str, float] | None = None,
+        routers: Routers | None = None,
     ) -> None:
+        """``routers``: several router cores in front of the fleet (router/sim/routers.py);
+        None: one, as every plain run."""
         settings = replace(
             fleet.router, strategy=StrategyConfig(strategy, dict(strategy_params or {}))
         )
         self.fleet = replace(fleet, router=settings)
         self.clock = ManualClock()
-        self.core = RouterCore(self.fleet, clock=self.clock, rng=random.Random(seed))
-        self.core.listeners.append(self)
+        self.routers = routers or Routers()
+        # Router 0 draws from the seed itself, so one router gives exactly a plain run.
+        self.cores = [
+            RouterCore(
+                self.fleet,
+                clock=self.clock,
+                rng=random.Random(seed if k == 0 else seed * 7919 + k),
+                router_id=f"router-{k}",
+                peer_stale_after_s=self.routers.peer_stale_after_s(),
+            )
+            for k in range(self.routers.count)
+        ]
+        self.core = self.cores[0]
+        """The first router (the only one in a plain run)."""
+        for core in self.cores:
+            core.listeners.append(self)
+        self._balancer = Balancer(self.routers, random.Random(seed + 2))
         catalog = catalog or default_catalog()
         self.engines: list[Engine] = [engine_for(r.config, catalog) for r in self.core.pool]
         self.capacities = dict(capacities or {})
@@ -160,8 +189,9 @@ class Simulation(CoreListener):
         pairs = zip(self.core.pool, self.engines, strict=True)
         self._longest = [_longest_request(r, e, catalog) for r, e in pairs]
         """Per replica, the longest request (prompt plus max_tokens) its engine accepts."""
-        self.health = HealthMonitor(self.core, self.fleet.router.health)
-        """The live router's health monitor: passive ejection after failed attempts."""
+        self.healths = [HealthMonitor(core, self.fleet.router.health) for core in self.cores]
+        """Each router's own health monitor: passive ejection after failed attempts."""
+        self.health = self.healths[0]
 
     # ---- core listener ---------------------------------------------------------------------
 
@@ -204,9 +234,20 @@ class Simulation(CoreListener):
         rec.replica = finished.replica
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
-        ejection = self.health.ejections.get(replica.index)
+        k = self._router_of(replica)
+        ejection = self.healths[k].ejections.get(replica.index)
         if replica.state is ReplicaState.EJECTED and ejection is not None:
-            self._next_readmit_probe(replica.index, ejection)
+            self._next_readmit_probe(k, replica.index, ejection)
+
+    def _router_of(self, replica: Replica) -> int:
+        """The router whose view of the fleet ``replica`` is (each core has its own)."""
+        for k, core in enumerate(self.cores):
+            if core.pool.replicas[replica.index] is replica:
+                return k
+        raise ValueError(f"{replica.id} belongs to no router of this simulation")
+
+    def _owner(self, a: Assignment) -> int:
+        return self._records[a.request.id].router
 
     # ---- the event loop --------------------------------------------------------------------
 
@@ -228,6 +269,11 @@ class Simulation(CoreListener):
         if poll > 0:
             # As the live poller: a first reading at start, then one per interval.
             self._push(0.0, ENGINE_METRICS, 0)
+        every = self.routers.stats_interval_s
+        if self.routers.exchanging:
+            # Routers start at unrelated instants: their stats ticks are not in step.
+            for k in range(self.routers.count):
+                self._push(self._balancer.rng.uniform(0.0, every), PUBLISH, k)
         stop = duration_s + drain_s
         while self._events:
             t, _, kind, index = heapq.heappop(self._events)
@@ -239,17 +285,23 @@ class Simulation(CoreListener):
             elif kind == STEP:
                 self._step_done(index)
             elif kind == EXPIRE:
-                self.core.expire()
+                for core in self.cores:
+                    core.expire()
                 if self._busy():
                     self._push(t + 1.0, EXPIRE, 0)
             elif kind == TUNE:
-                self.core.tune()
+                for core in self.cores:
+                    core.tune()
                 if self._busy():
                     self._push(t + interval, TUNE, 0)
             elif kind == ENGINE_METRICS:
                 self._engine_metrics()
                 if self._busy():
                     self._push(t + poll, ENGINE_METRICS, 0)
+            elif kind == PUBLISH:
+                self._publish(index)
+                if self._busy():
+                    self._push(t + every, PUBLISH, index)
             elif kind == CALL:
                 self._calls.pop(index)()
         return self._result(duration_s)
@@ -260,8 +312,17 @@ class Simulation(CoreListener):
         self._calls[self._seq] = fn
         heapq.heappush(self._events, (t, self._seq, CALL, self._seq))
 
+    def _publish(self, k: int) -> None:
+        """Router ``k``'s stats message: its own load, to every other router a broker hop
+        later (each hop its own delay, as each subscriber's delivery is)."""
+        report = self.cores[k].load_report()
+        for j, core in enumerate(self.cores):
+            if j != k:
+                self.at(self.clock.now + self._balancer.delay(), partial(core.hear_peer, report))
+
     def _close_window(self) -> None:
-        self._held = [r.outstanding_cost for r in self.core.pool]
+        pools = [core.pool.replicas for core in self.cores]
+        self._held = [sum(rs[i].own_cost for rs in pools) for i in range(len(self.engines))]
 
     def make_request(self, request_id: str, arrival: Arrival) -> Request:
         """The request an arrival becomes; override to give it a priority or affinity key.
@@ -272,7 +333,9 @@ class Simulation(CoreListener):
         return Request(request_id, arrival.prompt_tokens, arrival.max_tokens, arrival=arrival.time)
 
     def _busy(self) -> bool:
-        return self._pending is not None or bool(self.core.running) or len(self.core.queue) > 0
+        return self._pending is not None or any(
+            core.running or len(core.queue) for core in self.cores
+        )
 
     def _push(self, t: float, kind: int, index: int) -> None:
         self._seq += 1
@@ -288,8 +351,9 @@ class Simulation(CoreListener):
         assert arrival is not None
         if arrival.time < duration_s:
             rid = f"s{len(self._records)}"
-            self._records[rid] = _Record(arrival.time, arrival.output_tokens)
-            self.core.submit(self.make_request(rid, arrival))
+            k = self._balancer.pick() if len(self.cores) > 1 else 0
+            self._records[rid] = _Record(arrival.time, arrival.output_tokens, router=k)
+            self.cores[k].submit(self.make_request(rid, arrival))
             self._next_arrival(source)
         else:
             self._pending = None
@@ -307,23 +371,24 @@ class Simulation(CoreListener):
             a = self._live.get(seq.id)
             if a is not None:
                 self._records[seq.id].first_token = self.clock.now
-                self.core.first_byte(a)
+                self.cores[self._owner(a)].first_byte(a)
         for seq in out.finished:
             a = self._live.pop(seq.id, None)
             if a is not None:
                 self._records[seq.id].output_tokens = seq.output_tokens
-                self.core.complete(a, seq.output_tokens)
-                self.health.success(a.replica)
+                k = self._owner(a)
+                self.cores[k].complete(a, seq.output_tokens)
+                self.healths[k].success(a.replica)
         if not self._stepping[i]:
             self._kick(i)
 
     def _engine_metrics(self) -> None:
         """What the live poller reads from each engine's /metrics, and what it does then."""
         now = self.clock.now
-        for r, engine, fault in zip(self.core.pool, self.engines, self._faults, strict=True):
+        for i, (engine, fault) in enumerate(zip(self.engines, self._faults, strict=True)):
             if fault.dead:
                 continue  # no answer: the last reading stays and ages, as live
-            r.engine = EngineLoad(
+            reading = EngineLoad(
                 engine="vllm",
                 received_at=now,
                 waiting=len(engine.waiting),
@@ -333,18 +398,24 @@ class Simulation(CoreListener):
                 kv_capacity_tokens=engine.kv_capacity // BLOCK_TOKENS * BLOCK_TOKENS,
                 preemptions_total=engine.preemptions,
             )
-            self.core.pool.changed(r)
-        if len(self.core.queue):
-            self.core.dispatch()  # freed KV cache may let a waiting request go now
+            for core in self.cores:  # each router polls every engine itself
+                r = core.pool.replicas[i]
+                r.engine = reading
+                core.pool.changed(r)
+        for core in self.cores:
+            if len(core.queue):
+                core.dispatch()  # freed KV cache may let a waiting request go now
 
     def _refused(self, a: Assignment, reason: str) -> None:
         """The engine answered 400 before any token: as the live proxy takes such an answer
         (relayed to the client, the replica not blamed, the request not retried)."""
-        if self.core.running.get(a.request.id) is not a:
+        k = self._owner(a)
+        core = self.cores[k]
+        if core.running.get(a.request.id) is not a:
             return
-        self.health.success(a.replica)
-        self.core.first_byte(a)
-        self.core.fail(a, reason, retryable=False)
+        self.healths[k].success(a.replica)
+        core.first_byte(a)
+        core.fail(a, reason, retryable=False)
 
     # ---- faults (as EmulatedFleet sets them on live replicas) ------------------------------
 
@@ -394,36 +465,38 @@ class Simulation(CoreListener):
 
     def _attempt_failed(self, a: Assignment, reason: str) -> None:
         # As the proxy does: the core retries or fails it, the health monitor counts it.
-        if self.core.running.get(a.request.id) is not a:
+        k = self._owner(a)
+        if self.cores[k].running.get(a.request.id) is not a:
             return
-        self.core.fail(a, reason)
-        self.health.failure(a.replica, reason)
+        self.cores[k].fail(a, reason)
+        self.healths[k].failure(a.replica, reason)
 
-    def _next_readmit_probe(self, i: int, ejection: Ejection) -> None:
+    def _next_readmit_probe(self, k: int, i: int, ejection: Ejection) -> None:
         """As the live monitor probes an ejected replica: at every check during its window
         (the live checks run on one fleet-wide timer; here every ``check_interval_s`` from the
         ejection), and when the window ends."""
-        interval = self.health.config.check_interval_s
+        interval = self.healths[k].config.check_interval_s
         at = ejection.until
         if interval > 0:
             at = min(at, self.clock.now + interval)
-        self.at(at, lambda: self._readmit_probe(i, ejection))
+        self.at(at, lambda: self._readmit_probe(k, i, ejection))
 
-    def _readmit_probe(self, i: int, ejection: Ejection) -> None:
-        """A readmission probe: back in service if the server is up."""
-        if self.health.ejections.get(i) is not ejection:
+    def _readmit_probe(self, k: int, i: int, ejection: Ejection) -> None:
+        """A readmission probe (router ``k``'s): back in service if the server is up."""
+        health = self.healths[k]
+        if health.ejections.get(i) is not ejection:
             return  # readmitted meanwhile (and perhaps ejected again: that one has its own)
         problem = "connection refused (replica killed)" if self._faults[i].dead else None
-        self.health.readmission_verdict(i, problem)
-        if self.health.ejections.get(i) is ejection:
-            self._next_readmit_probe(i, ejection)
+        health.readmission_verdict(i, problem)
+        if health.ejections.get(i) is ejection:
+            self._next_readmit_probe(k, i, ejection)
 
     # ---- results ---------------------------------------------------------------------------
 
     def _result(self, duration_s: float) -> SimResult:
         recs = list(self._records.values())
         by = {o: sum(1 for r in recs if r.outcome is o) for o in Outcome}
-        unfinished = len(self.core.running) + len(self.core.queue)
+        unfinished = sum(len(core.running) + len(core.queue) for core in self.cores)
         done = [r for r in recs if r.outcome is Outcome.COMPLETED]
         # Throughput is read in steady state: after a warm-up fifth of the run, before the end.
         start = WARMUP_SHARE * duration_s

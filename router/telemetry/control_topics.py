@@ -40,12 +40,15 @@ Each router keeps the last applied message of every slot in a state file
 which lost its retained messages does not send the fleet back to the fleet file's settings.
 
 Each router also publishes its snapshot's essentials on ``routers/<router>/stats`` every
-period and every audit event on ``events``.
+period and every audit event on ``events``. The stats carry the router's own load per replica
+(``load``: requests in flight and their cost, router/peer_load.py); every other router counts
+it on those replicas until it is three periods old, and a malformed ``load`` is ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -59,6 +62,7 @@ import aiomqtt
 from router.config.schema import ControlConfig
 from router.control import Applied, Command, ControlSurface, Event
 from router.errors import ControlError
+from router.peer_load import STATS_PERIOD_S, load_body, read_load
 from router.telemetry import control_auth
 from router.telemetry.connection import (
     Backoff,
@@ -90,7 +94,7 @@ from router.telemetry.control_messages import (
 from router.telemetry.control_publisher import ControlPublisher, publish_command
 from router.telemetry.desired_state import DesiredStateFile, state_path
 from router.telemetry.router_events import encode_event
-from router.telemetry.router_stats import encode_stats
+from router.telemetry.router_stats import MAX_STATS_BYTES, encode_stats
 from router.telemetry.status import ControlLinkStatus
 from router.telemetry.topics import Topics, check_level
 
@@ -158,7 +162,7 @@ class ControlLink:
         *,
         target: BrokerTarget,
         router_id: str | None = None,
-        stats_period_s: float = 1.0,
+        stats_period_s: float = STATS_PERIOD_S,
         backoff: Backoff | None = None,
         wall_clock: Callable[[], float] = time.time,
         secret: bytes | None = None,
@@ -426,11 +430,25 @@ class ControlLink:
         if kind == "stats":
             if name in self.peers or len(self.peers) < MAX_PEERS:
                 self.peers[name] = time.monotonic()
+                if name != self.router_id:  # our own, echoed: already counted as ours
+                    self._peer_load(name, payload)
             return True
         ack = decode_ack(payload)
         if ack is not None and (wanted := self._acks.get((ack.slot, ack.version or 0))) is not None:
             wanted[name] = ack.ok
         return True
+
+    def _peer_load(self, name: str, payload: object) -> None:
+        """Count another router's published load (router/peer_load.py) on the core."""
+        if not isinstance(payload, bytes | bytearray) or len(payload) > MAX_STATS_BYTES:
+            return
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return
+        report = read_load(name, body.get("load") if isinstance(body, dict) else None)
+        if report is not None:
+            self.core.hear_peer(report)
 
     def _save(self) -> None:
         if self.state is None:
@@ -480,7 +498,8 @@ class ControlLink:
 
     def stats_payload(self) -> bytes:
         """The ``routers/<router>/stats`` message: this router's queue and replicas now."""
-        return encode_stats(self.core.snapshot(), self.router_id, self.wall_clock())
+        load = load_body(self.core.load_report())
+        return encode_stats(self.core.snapshot(), self.router_id, self.wall_clock(), load=load)
 
     def _on_event(self, event: Event) -> None:
         self._events.append(event)

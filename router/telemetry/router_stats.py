@@ -58,8 +58,11 @@ class RouterStats:
     replicas: tuple[ReplicaStats, ...]
 
 
-def encode_stats(snap: FleetSnapshot, router: str, ts: float) -> bytes:
-    """The stats message of ``router`` from its snapshot."""
+def encode_stats(
+    snap: FleetSnapshot, router: str, ts: float, load: dict[str, object] | None = None
+) -> bytes:
+    """The stats message of ``router`` from its snapshot, with its own share of each
+    replica's load for its peers (router/peer_load.py) when given."""
     replicas = [
         {
             "id": r.id,
@@ -83,6 +86,8 @@ def encode_stats(snap: FleetSnapshot, router: str, ts: float) -> bytes:
         "imbalance_factor": round(snap.imbalance_factor, 4),
         "replicas": replicas,
     }
+    if load is not None:
+        body["load"] = load
     return json.dumps(body, separators=(",", ":")).encode()
 
 
