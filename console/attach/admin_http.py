@@ -7,7 +7,6 @@ whose checks it reuses), over an ``httpx.AsyncClient``: every failure is a
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,12 +16,13 @@ from console.attach.events import Opened
 from console.ctl.client import (
     TOKEN_ENV,
     check_response,
+    event_line,
     header_value,
     json_object,
     normalize_url,
     translated,
 )
-from console.ctl.errors import AuthFailedError, BadValueError, UnreachableError
+from console.ctl.errors import AuthFailedError, BadValueError
 from router.http.admin import RUN_HEADER
 
 __all__ = ["AsyncAdmin"]
@@ -95,20 +95,10 @@ class AsyncAdmin:
                 yield Opened(response.headers.get(RUN_HEADER.decode()))
                 async for line in response.aiter_lines():
                     if line.strip():
-                        yield _event(line)
+                        yield event_line(line)
 
     def _check(self, response: httpx.Response) -> None:
         # ctl's message names its --token option; the console reads only the environment.
         if response.status_code == 401:
             raise AuthFailedError(f"{self.base_url} needs a token: set {TOKEN_ENV}")
         check_response(response, self.base_url)
-
-
-def _event(line: str) -> dict[str, Any]:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        event = None
-    if not isinstance(event, dict):
-        raise UnreachableError(f"unreadable line in the event stream: {line[:80]!r}")
-    return event

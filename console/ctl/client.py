@@ -27,6 +27,7 @@ __all__ = [
     "AdminClient",
     "actor_name",
     "check_response",
+    "event_line",
     "header_value",
     "json_object",
     "normalize_url",
@@ -135,7 +136,7 @@ class AdminClient:
                     check_response(response, self.base_url)
                 for line in response.iter_lines():
                     if line.strip():
-                        yield _event_line(line)
+                        yield event_line(line)
         raise UnreachableError("the router closed the event stream (it is stopping)")
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -219,7 +220,8 @@ def _list(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _event_line(line: str) -> dict[str, Any]:
+def event_line(line: str) -> dict[str, Any]:
+    """One JSON line of the followed event stream; UnreachableError for anything else."""
     try:
         event = json.loads(line)
     except ValueError:
