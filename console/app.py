@@ -397,7 +397,7 @@ class ConsoleApp(App[None]):
                 admin_url=self.backend.admin_url,
                 broker=self.backend.cluster is not None,
             ),
-            _PICKER: lambda: StrategyPicker(self._strategy_now()),
+            _PICKER: lambda: StrategyPicker(self.backend.strategy()),
             _DETAIL: lambda: ReplicaDetail(
                 first, partial_detail(self, first), self.styles_now, self.refreshed_signal
             ),
@@ -431,12 +431,10 @@ class ConsoleApp(App[None]):
     def _help(self) -> None:
         self._open(self._kept(_HELP, HelpScreen), _HELP)
 
-    def _strategy_now(self) -> str:
-        # Not the last drawn snapshot: with the refresh paused it names a strategy switched since.
-        return self.backend.snapshot().strategy
-
     def _pick_strategy(self) -> None:
-        current = self._strategy_now()
+        # The backend's, not the last drawn snapshot's: with the refresh paused that one names
+        # a strategy switched since.
+        current = self.backend.strategy()
 
         def chosen(name: str | None) -> None:
             if name is not None and name != current:

@@ -74,6 +74,10 @@ class Backend(Protocol):
 
     def snapshot(self) -> FleetSnapshot: ...
 
+    def strategy(self) -> str:
+        """The routing strategy now (cheaper than a whole snapshot)."""
+        ...
+
     def telemetry(self) -> TelemetryStatus: ...
 
     def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]: ...
@@ -142,6 +146,9 @@ class ConsoleBackend:
 
     def snapshot(self) -> FleetSnapshot:
         return self.core.snapshot()
+
+    def strategy(self) -> str:
+        return self.core.strategy.name
 
     def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]:
         if self.gpu_samples is not None:

@@ -97,6 +97,9 @@ class RemoteBackend:
     def snapshot(self) -> FleetSnapshot:
         return self.state.snapshot
 
+    def strategy(self) -> str:
+        return self.state.snapshot.strategy
+
     def telemetry(self) -> TelemetryStatus:
         # The admin state carries the router's feed, if it has one; the broker carries every
         # node's, whatever the router runs.
