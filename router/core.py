@@ -234,7 +234,7 @@ class RouterCore:
         now = self.clock()
         if self.capacity.due(now):
             self.refresh_capacity()
-        if self.peers.count:
+        if self.peers.any_stale(now):
             self._close_shares(now)
             self._peer_figures(self.peers.expire(now))
         return [

@@ -140,6 +140,10 @@ class PeerLoad:
             return self._apply({}, delta, joined=1)
         return self._apply(old.delta, delta, joined=0)
 
+    def any_stale(self, now: float) -> bool:
+        """Whether some peer has gone ``stale_after_s`` without a report (``expire`` drops it)."""
+        return any(now - h.at >= self.stale_after_s for h in self._peers.values())
+
     def expire(self, now: float) -> list[Replica]:
         """Drop the peers not heard from for ``stale_after_s``; the replicas that changed."""
         changed: dict[int, Replica] = {}
