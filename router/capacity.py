@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from router.capacity_prior import Curve, Fitter, InlineFitter, Pending, throughput_curve
@@ -95,6 +95,9 @@ MIX_MOVE = 0.1
 """Relative change of the mean request shape that recomputes the performance-model priors."""
 CHANGE = 0.01
 """Relative change of a replica's speed that is pushed to the strategies' indexes."""
+KV_MOVE = 0.02
+"""Relative gap between the KV size the model ran with and the one the engine or the fleet
+file gives that runs the model again (vLLM rounds its figure down to whole blocks)."""
 DEFAULT_MIX = WorkloadMix(prompt_tokens=512.0, output_tokens=256.0)
 """The request shape assumed before any request has completed (lognormal, medians at 60% of
 these means: a typical chat trace's skew)."""
@@ -160,7 +163,7 @@ class MixTracker:
     """A request shape, from completed requests: decaying means of the lengths and cost, and
     the most recent lengths themselves (what the performance model is run on)."""
 
-    __slots__ = ("cost", "count", "output", "prompt", "recent", "weight")
+    __slots__ = ("cost", "count", "output", "prompt", "recent", "recent_cost", "weight")
 
     def __init__(self) -> None:
         self.prompt = DEFAULT_MIX.prompt_tokens
@@ -169,6 +172,8 @@ class MixTracker:
         self.weight = 0.0
         self.count = 0
         self.recent: deque[tuple[int, int]] = deque(maxlen=SAMPLE)
+        self.recent_cost: deque[float] = deque(maxlen=SAMPLE)
+        """The same requests' costs: the mean request the model's rate on them is in."""
 
     def add(self, prompt_tokens: int, output_tokens: int, cost: float) -> None:
         # The first completions move the means quickly, later ones by 1/1000 each.
@@ -179,6 +184,7 @@ class MixTracker:
         self.output += k * (o - self.output)
         self.cost += k * (cost - self.cost) if self.cost else cost
         self.recent.append((p, o))
+        self.recent_cost.append(cost)
         self.count += 1
 
     def refit_due(self, last: FitPoint | None, first_at: int) -> bool:
@@ -206,6 +212,13 @@ class MixTracker:
         into one in cost units (1 before any completion)."""
         effort = _effort((self.prompt, self.output))
         return self.cost / effort if self.cost > 0 and effort > 0 else 1.0
+
+    def sample_cost(self, prompt_factor: float) -> float:
+        """Mean cost of the requests in ``recent`` (the model's sample); before any
+        completion, the default mix's."""
+        if self.recent_cost:
+            return sum(self.recent_cost) / len(self.recent_cost)
+        return self.mean_cost(prompt_factor)
 
     def mean_cost(self, prompt_factor: float) -> float:
         """Mean cost of a request; before any completion, the default mix's."""
@@ -249,7 +262,9 @@ class Refit:
     def __init__(self, mix: MixTracker, prompt_factor: float) -> None:
         self.point = mix.point()
         self.lengths = tuple(mix.recent)
-        self.cost = mix.mean_cost(prompt_factor)
+        # The model's rate is in requests of this sample: times their own mean cost it is in
+        # cost units. The decaying mean over other requests put it up to 7% off.
+        self.cost = mix.sample_cost(prompt_factor)
 
     def prior(self, deployment: Deployment, fitter: Fitter) -> Prior | None:
         """The prior, or None while the run is under way."""
@@ -397,6 +412,12 @@ class ReplicaCapacity:
             self._take(self._own_refit.point, prior)
             self._own_refit = None
 
+    def refit_own_again(self, prompt_factor: float) -> None:
+        """Run the model on the lengths this replica served again (its card changed: a new
+        KV size), keeping what was measured; until then the last run stands."""
+        if self._own_at_fit is not None:
+            self._own_refit = Refit(self.own, prompt_factor)
+
     def _take(self, point: FitPoint, prior: Prior) -> None:
         if self._own_at_fit is None:
             # Shares so far were counted on the fleet's curve, which can be far from this
@@ -431,10 +452,14 @@ class FleetCapacity:
         self._mix_refit: Refit | None = None
         self._replicas = list(replicas)
         self._deployments = [_deployment(r.config, self.catalog) for r in self._replicas]
+        self._kv_refits: dict[int, Refit] = {}
+        """Model runs for replicas whose KV size turned out other than the model's."""
         cost = self.mix.mean_cost(prompt_factor)
         self.per_replica = [ReplicaCapacity(_default_prior(d, cost)) for d in self._deployments]
         self._fleet_cost = cost
         """Mean request cost of the mix the fleet's priors were last run on."""
+        self._rps_cost = cost
+        """``_fleet_cost`` through the estimates' low-pass filter: what ``rps`` divides by."""
         self._smoothed: list[float | None] = [None] * len(self._replicas)
         self._smoothed_source: list[Source | None] = [None] * len(self._replicas)
         self._last_refresh: float | None = None
@@ -479,7 +504,17 @@ class FleetCapacity:
         """Recompute every replica's speed and KV limit; the replicas whose figures moved."""
         last, self._last_refresh = self._last_refresh, now
         k = 1.0 if last is None else 1.0 - math.exp(-max(now - last, 0.0) / SMOOTH_S)
+        first_fit = self._mix_at_fit is None
+        for r in self._replicas:
+            self._follow_kv(r)
         self._refit_if_mix_moved()
+        self._take_kv_refits()
+        # A new sample of a heavy-tailed mix can put its mean request 7% off the last one's:
+        # the rates follow it through the filter, so the unit they are read in does too.
+        if first_fit:
+            self._rps_cost = self._fleet_cost
+        else:
+            self._rps_cost += k * (self._fleet_cost - self._rps_cost)
         for acc, d in zip(self.per_replica, self._deployments, strict=True):
             acc.refit_own(d, self.fitter, self.prompt_factor, self._mix_at_fit)
         self._known_unit = self._unit_from_known()
@@ -524,7 +559,7 @@ class FleetCapacity:
     def rps(self, rate: float) -> float:
         """A rate in cost units per second, in requests per second at the mean request of the
         mix the rates are at (the one the fleet's priors were last run on)."""
-        return rate / self._fleet_cost
+        return rate / self._rps_cost
 
     # ---- internals -----------------------------------------------------------------------
 
@@ -614,6 +649,37 @@ class FleetCapacity:
         prior = self.per_replica[r.index].prior.kv_tokens
         return prior, (None if prior is None else Source.PRIOR), None
 
+    def _follow_kv(self, r: Replica) -> None:
+        """Run the model again with the KV size the engine reports, when it is not the one the
+        model ran with (the engine knows its memory after activations and graphs; the model
+        only estimates it, and the fleet file may say less than either)."""
+        d = self._deployments[r.index]
+        kv, source, _ = self._kv(r)
+        if d is None or kv is None or source not in (Source.ENGINE, Source.FLEET_FILE):
+            return
+        if abs(kv - d.kv_capacity_tokens) <= KV_MOVE * d.kv_capacity_tokens:
+            return
+        try:
+            moved = replace(d, kv_limit=kv)
+        except (GpuRouterError, ValueError):
+            return  # not a cache this model can run with: the last prior stands
+        if moved.kv_capacity_tokens == d.kv_capacity_tokens:
+            return  # more than the card's memory allows, which the model already runs with
+        self._deployments[r.index] = moved
+        if not self.mix.recent:  # nothing served yet: the default shape, as at start
+            self.per_replica[r.index].prior = _default_prior(moved, self._fleet_cost)
+            return
+        self._kv_refits[r.index] = Refit(self.mix, self.prompt_factor)
+        self.per_replica[r.index].refit_own_again(self.prompt_factor)
+
+    def _take_kv_refits(self) -> None:
+        for i, refit in list(self._kv_refits.items()):
+            d = self._deployments[i]
+            prior = None if d is None else refit.prior(d, self.fitter)
+            if prior is not None:
+                self.per_replica[i].prior = prior
+                del self._kv_refits[i]
+
     def _refit_if_mix_moved(self) -> None:
         if self._mix_refit is None:
             if not self.mix.refit_due(self._mix_at_fit, MIN_SAMPLE):
@@ -680,6 +746,7 @@ def _deployment(config: ReplicaConfig, catalog: ProfileCatalog) -> Deployment | 
             gpu=catalog.gpu(config.gpu_model),
             model=catalog.model(config.model),
             tensor_parallel=len(config.gpus),
+            kv_limit=config.kv_capacity_tokens,
         )
     except (GpuRouterError, ValueError):
         return None  # unknown card or model, or it does not fit: the weight stands in

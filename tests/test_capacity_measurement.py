@@ -3,16 +3,21 @@ counted in engine steps, the measurement's units, and a prior that loses a clear
 
 from __future__ import annotations
 
+import itertools
 import random
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
 
-from router.capacity import SAMPLE, Prior, ReplicaCapacity, _agreement
+from router.capacity import SAMPLE, MixTracker, Prior, ReplicaCapacity, _agreement
 from router.capacity_prior import sample_curve
+from router.clock import ManualClock
 from router.config.loader import load_fleet
+from router.core import RouterCore
 from router.perf.model import Deployment
+from router.replica import EngineLoad
 from router.sim.capacity import measure_capacity
 from router.sim.replica_model import deployment_for, engine_for
 from router.sim.runner import Workload, catalog_for, trace_rows
@@ -126,3 +131,93 @@ def test_a_prior_keeps_its_weight_against_noise_and_loses_it_against_a_clear_con
     assert _agreement(1.0 / 3.0, 1.0, evidence=3.0) < 0.4
     assert _agreement(2.0, 1.0, evidence=0.1) > _agreement(2.0, 1.0, evidence=3.0)
     assert _agreement(0.0, 1.0, evidence=3.0) == 1.0
+
+
+def test_the_model_runs_with_the_kv_size_the_fleet_file_declares() -> None:
+    """The mixed fleet's file gives each V100 100,000 tokens of cache where the model's memory
+    arithmetic allows 111,539. The engine holds what the file says; the prior runs with the
+    same, so a rate measured at low concurrency is not carried up to a saturation the card
+    cannot reach (the V100s read 1.13 of their capacity that way)."""
+    fleet = load_fleet(FLEETS / "mixed-a100-v100.yaml")
+    core = RouterCore(fleet, clock=ManualClock(), rng=random.Random(0))
+    v100 = core.replica("v100-0")
+    acc = core.capacity.per_replica[v100.index]
+    assert acc.prior.deployment is not None
+    assert acc.prior.deployment.kv_capacity_tokens == 100_000
+    assert acc.prior.kv_tokens == 100_000
+    unlimited = replace(acc.prior.deployment, kv_limit=None)
+    assert unlimited.kv_capacity_tokens > 110_000
+
+
+def test_a_kv_size_reported_by_the_engine_runs_the_model_again_with_it() -> None:
+    """An engine that reports a cache a third the size the model assumed (vLLM's
+    ``cache_config_info``: memory taken by activations, another process on the card) gets a
+    prior run with that cache: a card that batches fewer requests does less."""
+    fleet = load_fleet(FLEETS / "untuned-four-generations.yaml")
+    core = RouterCore(fleet, clock=ManualClock(), rng=random.Random(0))
+    l4, twin = core.replica("l4-0"), core.replica("l4-1")
+    modelled = core.capacity.per_replica[l4.index].prior.kv_tokens
+    assert modelled is not None
+    l4.engine = EngineLoad("vllm", received_at=0.0, kv_capacity_tokens=modelled // 3)
+    twin.engine = EngineLoad("vllm", received_at=0.0, kv_capacity_tokens=modelled // 16 * 16)
+    core.refresh_capacity()
+    small, same = (core.capacity.per_replica[r.index].prior for r in (l4, twin))
+    assert small.kv_tokens == modelled // 3
+    assert same.kv_tokens == modelled  # a whole-block rounding is not a new card
+    assert small.rate is not None
+    assert same.rate is not None
+    assert small.rate < 0.8 * same.rate
+
+
+def test_an_engine_reporting_more_cache_than_its_memory_holds_keeps_the_models_figure() -> None:
+    fleet = load_fleet(FLEETS / "untuned-four-generations.yaml")
+    core = RouterCore(fleet, clock=ManualClock(), rng=random.Random(0))
+    l4 = core.replica("l4-0")
+    before = core.capacity.per_replica[l4.index].prior
+    assert before.kv_tokens is not None
+    l4.engine = EngineLoad("vllm", received_at=0.0, kv_capacity_tokens=before.kv_tokens * 4)
+    core.refresh_capacity()
+    assert core.capacity.per_replica[l4.index].prior is before
+
+
+def test_the_models_sample_is_priced_at_its_own_mean_cost() -> None:
+    """The model's rate is in requests of the sample it ran on; their own mean cost turns it
+    into cost units, not a decaying mean over other requests."""
+    mix = MixTracker()
+    for _ in range(3 * SAMPLE):
+        mix.add(100, 100, 150.0)
+    for _ in range(SAMPLE):
+        mix.add(1000, 100, 600.0)
+    assert mix.sample_cost(0.5) == pytest.approx(600.0)
+    assert mix.mean_cost(0.5) < 600.0  # the decaying mean still remembers the short ones
+
+
+def test_requests_per_second_follow_a_new_sample_through_the_filter() -> None:
+    """The published requests per second divide a rate in cost units by the mean request of
+    the model's sample, and a heavy-tailed trace's samples differ by several percent. When a
+    new sample's mean request is 15% above the last one's, the figure follows it through the
+    same filter as the rate (a fifteen-second time constant), not in one step."""
+    fleet = load_fleet(FLEETS / "untuned-four-generations.yaml")
+    clock = ManualClock()
+    core = RouterCore(fleet, clock=clock, rng=random.Random(0))
+    h100 = core.replica("h100-0")
+    fc = core.capacity
+
+    def complete(prompt: int, output: int, n: int) -> None:
+        for _ in range(n):
+            fc.completed(h100, (prompt, output), 0.5 * prompt + output, 0.0, clock(), clock())
+
+    complete(400, 200, SAMPLE)
+    readings = []
+    for _ in range(3):
+        clock.now += 1.0
+        core.refresh_capacity()
+        readings.append(fc.estimate(h100, clock.now).rps)
+    complete(460, 230, 2 * SAMPLE)  # the mean request: 400 cost units, then 460
+    for _ in range(90):
+        clock.now += 1.0
+        core.refresh_capacity()
+        readings.append(fc.estimate(h100, clock.now).rps)
+    moves = [abs(b - a) / a for a, b in itertools.pairwise(readings)]
+    assert max(moves) < 0.02  # a step would be 13%
+    assert readings[-1] < readings[2] * 0.9  # and it does follow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -409,3 +410,13 @@ def test_the_precomputed_step_is_the_reference_step_to_the_last_bit(
     deployment = Deployment(catalog.gpu(gpu), catalog.model("meta-llama/Llama-3.1-8B-Instruct"))
     step = batch_step_function(deployment)
     assert step(prefill, seqs, context) == batch_step_seconds(deployment, prefill, seqs, context)
+
+
+def test_a_known_kv_size_caps_the_cache_and_nonsense_is_refused() -> None:
+    room = deploy("V100-32GB", "Llama-3.1-8B").kv_capacity_tokens
+    capped = replace(deploy("V100-32GB", "Llama-3.1-8B"), kv_limit=100_000)
+    assert capped.kv_capacity_tokens == 100_000 < room
+    larger = replace(capped, kv_limit=room * 2)
+    assert larger.kv_capacity_tokens == room  # no more than the memory holds
+    with pytest.raises(ValueError, match="kv_limit must be >= 1"):
+        replace(capped, kv_limit=0)

@@ -168,6 +168,11 @@ class Deployment:
     efficiency: Efficiency = field(default=DEFAULT_EFFICIENCY)
     max_model_len: int | None = None
     """Longest sequence the engine must hold; when set, the KV cache must hold one of them."""
+    kv_limit: int | None = None
+    """The KV cache's size where it is known (the engine's own figure, the fleet file's): the
+    cache holds no more than this, whatever the memory would allow. A card the model reads
+    with a larger cache than it has batches more in the model than on the card, and a rate
+    measured at low concurrency, carried to saturation by the model's curve, reads high."""
 
     def __post_init__(self) -> None:
         if self.tensor_parallel < 1 or self.model.attention_heads % self.tensor_parallel:
@@ -177,6 +182,8 @@ class Deployment:
             )
         if not 0 < self.mem_fraction <= 1:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.kv_limit is not None and self.kv_limit < 1:
+            raise ValueError(f"kv_limit must be >= 1, got {self.kv_limit}")
         capacity = self.kv_capacity_tokens
         if self.max_model_len is not None and capacity < self.max_model_len:
             raise ModelDoesNotFit(
@@ -187,7 +194,8 @@ class Deployment:
     @property
     def kv_capacity_tokens(self) -> int:
         """Tokens the replica's KV cache holds (all GPUs together)."""
-        return kv_capacity_tokens(self.gpu, self.model, self.tensor_parallel, self.mem_fraction)
+        room = kv_capacity_tokens(self.gpu, self.model, self.tensor_parallel, self.mem_fraction)
+        return room if self.kv_limit is None else min(room, self.kv_limit)
 
     @property
     def dtype(self) -> str:
