@@ -264,7 +264,7 @@ async def _until_held(service: Service, worker: int, n: int) -> None:
     raise AssertionError(f"worker {worker} never held {n} requests")
 
 
-def test_workers_must_be_a_whole_number_at_least_1(tmp_path: Path) -> None:
+def test_workers_must_be_a_whole_number_at_least_1() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "console.cli", "serve", "--config", "x.yaml", "--workers", "0"],
         capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": os.getcwd()},
