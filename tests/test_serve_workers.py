@@ -31,6 +31,7 @@ from tests.test_http_serve import read_line
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 SPECS = (Spec("a"), Spec("b"))
+SECRET = "serve-workers-secret-0123456789"
 LONG = {"model": MODEL, "prompt": "p", "max_tokens": 4000, "stream": True, **hint(20, 4000)}
 """A stream that lasts far longer than a test: held open, then closed by the client."""
 
@@ -75,17 +76,22 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, time_scale: float = 5) -> AsyncIterator[Service]:
+async def serving(
+    tmp_path: Path, time_scale: float = 5, *, telemetry: bool = False
+) -> AsyncIterator[Service]:
+    """``serve --workers 2``; ``telemetry``: with the embedded broker and a signed control
+    link, else ``--no-telemetry``."""
     config = fleet_config(*SPECS)
     async with EmulatedFleet(config, time_scale=time_scale, ports=any_ports(SPECS)) as emulated:
         fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(fleet_yaml(emulated))
+        extra = "control: {secret_env: SERVE_WORKERS_SECRET}\n" if telemetry else ""
+        fleet.write_text(fleet_yaml(emulated) + extra)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
-            "--workers", "2", "--no-telemetry",
+            "--workers", "2", *([] if telemetry else ["--no-telemetry"]),
             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            env={**os.environ, "PYTHONPATH": os.getcwd(), "SERVE_WORKERS_SECRET": SECRET},
         )  # fmt: skip
         workers: list[int] = []
         try:
@@ -271,3 +277,27 @@ def test_workers_must_be_a_whole_number_at_least_1() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--workers" in done.stderr
+
+
+async def test_with_a_control_link_a_command_reaches_every_worker_through_the_broker(
+    tmp_path: Path,
+) -> None:
+    """One worker publishes the command as desired state; both apply it, and say so."""
+    async with serving(tmp_path, telemetry=True) as service:
+        for _ in range(500):  # bounded: each worker hears the other's stats within a second
+            routers = (await service.state(0))["telemetry"]["control"]["routers"]
+            if len(routers) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        answer = await service.client.post(
+            service.admin + "/admin/commands",
+            json={"command": "weight", "replica": "b", "weight": 4.0},
+            headers={"X-Actor": "alice"},
+        )
+        assert answer.status_code == 200, answer.text
+        applied_by = answer.json()["applied_by"]
+        assert sorted(name.rsplit("-", 1)[1] for name in applied_by) == ["w0", "w1"]
+        assert all(applied_by.values())
+        for worker in (0, 1):
+            state = await service.state(worker)
+            assert next(r["weight"] for r in state["replicas"] if r["id"] == "b") == 4.0
