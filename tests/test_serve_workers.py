@@ -301,3 +301,23 @@ async def test_with_a_control_link_a_command_reaches_every_worker_through_the_br
         for worker in (0, 1):
             state = await service.state(worker)
             assert next(r["weight"] for r in state["replicas"] if r["id"] == "b") == 4.0
+
+
+async def test_without_a_control_link_a_command_goes_to_every_worker_and_events_stream(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        answer = await service.client.post(
+            service.admin + "/admin/commands",
+            json={"command": "weight", "replica": "a", "weight": 3.0},
+            headers={"X-Actor": "alice"},
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["workers"] == {"0": 200, "1": 200}
+        for worker in (0, 1):
+            state = await service.state(worker)
+            assert next(r["weight"] for r in state["replicas"] if r["id"] == "a") == 3.0
+        url = service.admin + "/admin/events?follow=1&format=jsonl"
+        async with service.client.stream("GET", url) as stream:
+            first = orjson.loads(await anext(stream.aiter_lines()))
+        assert (first["kind"], first["actor"]) == ("weight", "alice")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 import orjson
 
@@ -96,7 +96,9 @@ class ServiceAdmin:
     async def _from_worker(self, send: Send, index: int, target: str) -> None:
         if not 0 <= index < self.table.workers:
             raise HttpError(404, f"no worker {index}", code="not_found")
-        answer = await self._ask(index, "GET", target.replace(f"worker={index}", ""))
+        path, _, qs = target.partition("?")
+        rest = urlencode([(k, v) for k, v in parse_qsl(qs) if k != "worker"])
+        answer = await self._ask(index, "GET", f"{path}?{rest}" if rest else path)
         if answer is None:
             raise HttpError(503, f"worker {index} did not answer", "server_error", code="no_worker")
         await _relay(send, answer)

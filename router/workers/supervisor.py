@@ -218,7 +218,12 @@ class _Spawner:
         else:
             argv.append("--no-telemetry")
         self.sup.procs[index] = await asyncio.create_subprocess_exec(
-            *argv, pass_fds=(self.front.fileno(), self.table.fd), stdin=asyncio.subprocess.DEVNULL
+            *argv,
+            pass_fds=(self.front.fileno(), self.table.fd),
+            stdin=asyncio.subprocess.DEVNULL,
+            # A session of its own: a terminal's Ctrl-C reaches the supervisor alone, which
+            # then stops the workers; a worker exiting on it first would be restarted.
+            start_new_session=True,
         )
 
 
