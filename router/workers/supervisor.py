@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -147,6 +148,7 @@ class Supervisor:
             front.close()
             admin.close()
             table.close()
+            os.close(table.fd)
             shutil.rmtree(directory, ignore_errors=True)
             if broker is not None:
                 await broker.stop()
