@@ -313,7 +313,8 @@ class Processes:
         emulate = [*exe, "emulate", "--config", self.path, "--seed", str(seed)]
         emulate += ["--time-scale", str(time_scale), "--control-listen", f"127.0.0.1:{control}"]
         self.emulator = subprocess.Popen(emulate, **quiet)  # type: ignore[call-overload]
-        self.router = subprocess.Popen([*exe, "serve", "--config", self.path], **quiet)  # type: ignore[call-overload]
+        serve = [*exe, "serve", "--workers", "1", "--config", self.path]
+        self.router = subprocess.Popen(serve, **quiet)  # type: ignore[call-overload]
 
     async def wait_ready(self, session: aiohttp.ClientSession, timeout_s: float = 60.0) -> None:
         """Until every replica answers /health, the fault API answers and the router serves a

@@ -121,9 +121,8 @@ class Processes:
         )
         self.emulator = subprocess.Popen([*exe, "emulate", "--config", path], **quiet)  # type: ignore[call-overload]
         env = {**os.environ, "BENCH_CONTROL_SECRET": SECRET}
-        self.router = subprocess.Popen(
-            [*exe, "serve", "--config", path], preexec_fn=_limit_files, env=env, **quiet
-        )  # type: ignore[call-overload]
+        serve = [*exe, "serve", "--workers", "1", "--config", path]
+        self.router = subprocess.Popen(serve, preexec_fn=_limit_files, env=env, **quiet)  # type: ignore[call-overload]
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -184,7 +184,8 @@ def start_router(
     if spec.kind == "gpurouter":
         fleet = fleet_variant(lab.fleet_file, spec, weights, workdir)
         gpurouter = str(Path(sys.executable).with_name("gpurouter"))
-        argv = [gpurouter, "serve", "--config", str(fleet), "--listen", f"127.0.0.1:{port}"]
+        argv = [gpurouter, "serve", "--workers", "1", "--config", str(fleet)]
+        argv += ["--listen", f"127.0.0.1:{port}"]
         return spawn(spec.name, argv, url, "/ready", workdir)
     if rust is None:
         raise RuntimeError("the reference routers' environment could not be built")

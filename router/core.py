@@ -20,6 +20,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from router.adaptive import TunerChange
 from router.admission_queue import AdmissionQueue
@@ -36,6 +37,9 @@ from router.snapshot import FleetSnapshot, build_snapshot
 from router.stats import RateWindow, ReplicaStats
 from router.strategies import Strategy, create_strategy
 from router.tuning import Tuner
+
+if TYPE_CHECKING:
+    from router.workers.shared_load import SharedLoad
 
 # How far down the queue a dispatch looks for a request some open replica can take; bounds
 # the cost of head-of-line requests that fit nowhere right now.
@@ -123,6 +127,9 @@ class RouterCore:
         self.peers = PeerLoad(router_id, self.pool.replicas, stale_after_s=peer_stale_after_s)
         """The other routers' reported load on each replica (router/peer_load.py)."""
         self._report_seq = 0
+        self.shared: SharedLoad | None = None
+        """The other worker processes of this ``gpurouter serve --workers N``, when it runs
+        several: read before each pick, written on each start and end (router/workers)."""
         self.queue = AdmissionQueue(self.settings.queue.size)
         self.stats = [ReplicaStats() for _ in self.pool]
         self.outcomes: Counter[Outcome] = Counter()
@@ -237,6 +244,11 @@ class RouterCore:
         if self.peers.any_stale(now):
             self._close_shares(now)
             self._peer_figures(self.peers.expire(now))
+        if self.shared is not None:
+            # A sibling worker may have freed the slot our queue waits for (nothing else
+            # tells us), and the snapshot and /metrics read the figures between requests.
+            self._fold_shared(self.shared)
+            self.dispatch()
         return [
             self._finish(req, Outcome.EXPIRED, "deadline passed in the queue")
             for req in self.queue.expire(now)
@@ -289,6 +301,8 @@ class RouterCore:
 
     def snapshot(self) -> FleetSnapshot:
         """An immutable view of fleet, queue and statistics now."""
+        if self.shared is not None:
+            self._fold_shared(self.shared)
         return build_snapshot(self)
 
     def tune(self) -> list[TunerChange]:
@@ -316,13 +330,29 @@ class RouterCore:
             self._again = True
             while self._again:
                 self._again = False
-                while self.pool.open_count and len(self.queue):
+                while len(self.queue):
+                    if self.shared is not None:
+                        self._fold_shared(self.shared)
+                    if not self.pool.open_count:
+                        break
                     found = self._find()
                     if found is None:
                         break
                     self._start(*found)
         finally:
             self._dispatching = False
+
+    def _fold_shared(self, shared: SharedLoad) -> None:
+        """Take the sibling workers' current figures into the replicas whose figures moved."""
+        now: float | None = None
+        for r in self.pool.replicas:
+            n, cost = shared.others(r)
+            if n != r.shared_in_flight or cost != r.shared_cost:
+                if now is None:
+                    now = self.clock()
+                self.capacity.advance(r, now)  # close the interval at the old concurrency
+                r.shared_in_flight, r.shared_cost = n, cost
+                self.pool.changed(r)
 
     def _find(self) -> tuple[Request, Replica] | None:
         now = self.clock()
@@ -356,6 +386,8 @@ class RouterCore:
         self.stats[r.index].cost_sent.add(now, req.cost)
         r.running[req.id] = req
         r.own_cost += req.cost
+        if self.shared is not None:
+            self.shared.publish(r)
         self._running[req.id] = a
         self.tuner.started(r)
         self.pool.changed(r)
@@ -494,6 +526,8 @@ class RouterCore:
         del r.running[a.request.id]
         # Recomputing when empty keeps float drift from piling up over millions of requests.
         r.own_cost = r.own_cost - a.request.cost if r.running else 0.0
+        if self.shared is not None:
+            self.shared.publish(r)
 
     def _requeue(self, req: Request, avoid: Replica | None) -> None:
         others = avoid is not None and any(

@@ -102,6 +102,9 @@ class PeerLoad:
         self._replicas = list(replicas)
         self._by_id = {r.id: r for r in self._replicas}
         self._peers: dict[str, _Heard] = {}
+        self.siblings: frozenset[str] = frozenset()
+        """Routers whose reports are not counted: the other workers of this router's own
+        service, whose requests the load table counts exactly (router/workers)."""
 
     @property
     def peers(self) -> dict[str, float]:
@@ -120,8 +123,8 @@ class PeerLoad:
 
     def heard(self, report: PeerReport, now: float) -> list[Replica]:
         """Take a peer's report; the replicas whose load changed."""
-        if report.router == self.router:
-            return []  # our own report, echoed back: already counted as our own requests
+        if report.router == self.router or report.router in self.siblings:
+            return []  # ours echoed back, or a sibling worker's: already counted
         old = self._peers.get(report.router)
         if old is not None and report.seq <= old.seq:
             return []  # late or repeated: a newer one already counts

@@ -74,6 +74,11 @@ class Replica:
     """This router's own requests running there."""
     own_cost: float = 0.0
     """Estimated cost of this router's own requests running there."""
+    shared_in_flight: int = 0
+    """The other worker processes' requests running there, read from the load table they
+    share (router/workers/shared_load.py; 0 with one process): exact, not estimated."""
+    shared_cost: float = 0.0
+    """The same workers' outstanding cost there."""
     peers: int = 0
     """Other routers whose load reports count now (router/peer_load.py; 0 with one router)."""
     peer_offset: int = 0
@@ -117,9 +122,9 @@ class Replica:
 
     @property
     def in_flight(self) -> int:
-        """Requests running there: this router's own plus its peers' estimated ones. What
-        every load-aware strategy and the batch-size limit count."""
-        return len(self.running) + self.peer_in_flight
+        """Requests running there: this router's own, its sibling workers' (read) and its
+        peers' (estimated). What every load-aware strategy and the batch-size limit count."""
+        return len(self.running) + self.shared_in_flight + self.peer_in_flight
 
     @property
     def own_in_flight(self) -> int:
@@ -142,8 +147,9 @@ class Replica:
 
     @property
     def outstanding_cost(self) -> float:
-        """Estimated work running there: this router's own plus its peers'."""
-        return self.own_cost + self.peer_cost
+        """Estimated work running there: this router's own, its sibling workers' and its
+        peers'."""
+        return self.own_cost + self.shared_cost + self.peer_cost
 
     def expected_seconds(self, cost: float) -> float:
         """Seconds to finish the work already here plus ``cost`` more, at the learned rate."""
@@ -172,7 +178,10 @@ class Replica:
 
         Up to one request per peer past the batch size is allowed: a slot a peer's request
         freed is seen only at that peer's next report, and without the slack it would stay
-        empty until then whenever that peer has nothing waiting (see router/peer_load.py)."""
+        empty until then whenever that peer has nothing waiting (see router/peer_load.py).
+        Sibling workers' requests get no slack: the load table is read before each pick.
+        Two workers that pick at the same instant can both take the last slot, so with
+        ``N`` workers a replica holds at most ``batch_size + N - 1`` (router/workers)."""
         return self.state is ReplicaState.ACTIVE and self.in_flight < self.batch_size + self.peers
 
     def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:

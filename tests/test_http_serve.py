@@ -65,7 +65,7 @@ async def test_sigterm_under_load_finishes_in_flight_requests_and_exits_0(tmp_pa
         fleet = tmp_path / "fleet.yaml"
         fleet.write_text(fleet_yaml(emulated))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
+            sys.executable, "-m", "console.cli", "serve", "--workers", "1", "--config", str(fleet),
             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.getcwd()},
@@ -126,7 +126,7 @@ async def test_with_1024_files_a_client_is_served_past_1000_idle_sockets(tmp_pat
             fleet_yaml(emulated).replace("shutdown_grace_s: 20", "header_timeout_s: 3")
         )
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
+            sys.executable, "-m", "console.cli", "serve", "--workers", "1", "--config", str(fleet),
             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.getcwd()},

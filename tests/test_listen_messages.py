@@ -96,7 +96,7 @@ def test_serve_with_listen_port_0_starts_beside_a_router_holding_the_admin_port(
     """The fleet file's admin port is taken: `--listen 127.0.0.1:0` alone still starts."""
     config = fleet_file(tmp_path, 8000, taken)
     with subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "serve", "--config", str(config),
+        [sys.executable, "-m", "console.cli", "serve", "--workers", "1", "--config", str(config),
          "--listen", "127.0.0.1:0"],
         cwd=ROOT, text=True,
         # Signed control: a router without a secret warns on stderr, by design.

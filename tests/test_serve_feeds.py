@@ -50,7 +50,7 @@ async def _serve(fleet: Path, secret: str) -> tuple[asyncio.subprocess.Process, 
     """``gpurouter serve`` on ``fleet`` with its control secret: the process, its front door
     and admin API, once its control link started (signed)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "console.cli", "serve", "--config", str(fleet),
+        sys.executable, "-m", "console.cli", "serve", "--workers", "1", "--config", str(fleet),
         "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.getcwd(), "SERVE_FEEDS_SECRET": secret},

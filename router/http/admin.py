@@ -71,7 +71,7 @@ from router.http.responses import OTHER_ADMIN_ROUTE
 from router.in_flight import in_flight
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape"]
+__all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape", "token_refusal"]
 
 MAX_COMMAND_BYTES = 65536
 RUN_HEADER = b"x-gpurouter-run"
@@ -93,10 +93,13 @@ class AdminApi:
         engine_metrics: Callable[[], dict[str, Any]] | None = None,
         served_models: Callable[[], dict[str, Any]] | None = None,
         metrics: RouterMetrics | None = None,
+        private: bool = False,
     ) -> None:
         """``token``: the bearer token; when None, the one ``server.admin_token_env`` names, if
         it names one (ConfigError when that variable is not set). ``metrics``: where answers
-        are counted; by default the metrics registered on ``core``, if any."""
+        are counted; by default the metrics registered on ``core``, if any. ``private``: no
+        token at all, for a worker's own admin API on a socket only its service can open
+        (router/workers/worker.py): the service's admin API checked the caller's."""
         self.core = core
         self.control = control
         self.health = health
@@ -106,9 +109,9 @@ class AdminApi:
         self.apply: Callable[[Command, str], Awaitable[Applied]] = self._apply_here
         """How a command given here is applied: on this router (the default), or published
         as the cluster's desired state where a control link runs (``gpurouter serve``)."""
-        if token is None:
+        if token is None and not private:
             token = admin_token(core.fleet)
-        self._token = None if token is None else token.encode()
+        self._token = None if token is None or private else token.encode()
         self._followers: set[asyncio.Queue[Event | None]] = set()
         self.metrics = metrics if metrics is not None else RouterMetrics.of(core)
         if self.metrics is not None and self.metrics.telemetry is None:
@@ -169,19 +172,7 @@ class AdminApi:
             note_reason(send, "client_gone")
 
     def _refusal(self, headers: dict[str, str]) -> HttpError | None:
-        if self._token is None:
-            return None
-        given = headers.get("authorization")
-        if given is None:
-            return HttpError(
-                401, "a bearer token is required", "authentication_error", code="unauthorized"
-            )
-        # RFC 9110: the scheme is case-insensitive (``bearer x`` is ``Bearer x``).
-        scheme, _, credentials = given.strip().partition(" ")
-        right = hmac.compare_digest(credentials.strip().encode("latin-1"), self._token)
-        if scheme.lower() != "bearer" or not right:
-            return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
-        return None
+        return token_refusal(self._token, headers)
 
     def state(self, *, running: bool = False) -> dict[str, Any]:
         """The snapshot as a dict, with the health monitor's view, the telemetry feed, the
@@ -274,6 +265,24 @@ class AdminApi:
             unsubscribe()
             self._followers.discard(queue)
             watcher.cancel()
+
+
+def token_refusal(token: bytes | None, headers: dict[str, str]) -> HttpError | None:
+    """The 401 or 403 a request earns when ``token`` is set and the request does not carry
+    it as ``Authorization: Bearer <token>``; None when it may pass."""
+    if token is None:
+        return None
+    given = headers.get("authorization")
+    if given is None:
+        return HttpError(
+            401, "a bearer token is required", "authentication_error", code="unauthorized"
+        )
+    # RFC 9110: the scheme is case-insensitive (``bearer x`` is ``Bearer x``).
+    scheme, _, credentials = given.strip().partition(" ")
+    right = hmac.compare_digest(credentials.strip().encode("latin-1"), token)
+    if scheme.lower() != "bearer" or not right:
+        return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
+    return None
 
 
 def admin_token(fleet: FleetConfig, environ: Mapping[str, str] = os.environ) -> str | None:

@@ -48,6 +48,9 @@ class FrontDoor:
         self.core = core
         self.metrics = metrics
         self.created = int(time.time())
+        self.render_metrics: Callable[[], Awaitable[bytes]] | None = None
+        """What ``/metrics`` answers when not this router's own: the whole service's, where
+        several worker processes share the front door (router/workers/service_metrics.py)."""
         self.routes: dict[str, tuple[str, Route]] = {
             "/v1/chat/completions": ("POST", self._chat),
             "/v1/completions": ("POST", self._completion),
@@ -106,4 +109,6 @@ class FrontDoor:
         await send_json(send, 200 if body["ready"] else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE.encode())
+        render = self.render_metrics
+        body = self.metrics.render() if render is None else await render()
+        await send_bytes(send, 200, body, CONTENT_TYPE.encode())

@@ -32,6 +32,7 @@ from router.core import RouterCore
 from router.errors import ConfigError, Problem
 from router.http.admin import AdminApi
 from router.http.app import FrontDoor
+from router.http.asgi import Receive, Scope, Send
 from router.http.driver import AsyncRouter
 from router.http.errors import HttpError
 from router.http.guard import ConnectionLimits, GuardedProtocol, Refused, guarded_protocol
@@ -44,7 +45,15 @@ from router.http.upstream import Upstream
 from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
 
-__all__ = ["ListenError", "RouterServer", "is_loopback", "split_host_port"]
+__all__ = [
+    "EmbeddedUvicorn",
+    "ListenError",
+    "RouterServer",
+    "bind_listener",
+    "is_loopback",
+    "split_host_port",
+    "uvicorn_config",
+]
 
 _HANDLER_WAIT_S = 2.0
 """After the grace, how long cancelled handlers get to unwind before the pool closes."""
@@ -64,14 +73,23 @@ class RouterServer:
         telemetry: Callable[[], TelemetryStatus] | None = None,
         clock: Clock = monotonic,
         rng: random.Random | None = None,
+        front_socket: socket.socket | None = None,
+        admin_socket: socket.socket | None = None,
     ) -> None:
+        """``front_socket``: a listening socket to serve the front door on instead of binding
+        ``listen`` (a worker of ``gpurouter serve --workers``, which inherits its
+        supervisor's); ``admin_socket``: the same for the admin API, which is then private
+        (no token: whoever can open that socket is the service itself)."""
         self.fleet = fleet
+        self._front_socket = front_socket
+        self._admin_socket = admin_socket
         self.listen = listen or fleet.server.listen
         self.admin_listen = admin_listen or fleet.server.admin_listen
         env = fleet.server.admin_token_env
         if admin_token is None and env:
             admin_token = os.environ.get(env) or None
-        self._check_admin_address(admin_token)
+        if admin_socket is None:
+            self.check_admin_address(fleet, self.admin_listen, admin_token)
         self.core = RouterCore(fleet, clock=clock, rng=rng)
         self.control = ControlSurface(self.core)
         self.router = AsyncRouter(self.core)
@@ -98,19 +116,26 @@ class RouterServer:
             telemetry=telemetry,
             engine_metrics=self.engine_metrics.status,
             served_models=self.served_models.status,
+            private=admin_socket is not None,
         )
+        self.admin_app: Callable[[Scope, Receive, Send], Awaitable[None]] = self.admin
+        """What the admin listener serves: the admin API, or a worker's private API around
+        it (router/workers/private_api.py)."""
         self._fitter = ProcessFitter()
-        self._servers: list[_EmbeddedUvicorn] = []
+        self._servers: list[EmbeddedUvicorn] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._addresses: list[str] = []
         self._stopped: asyncio.Event | None = None
 
-    def _check_admin_address(self, token: str | None) -> None:
-        host, _ = split_host_port(self.admin_listen)
+    @staticmethod
+    def check_admin_address(fleet: FleetConfig, address: str | None, token: str | None) -> None:
+        """ConfigError when the admin API would listen beyond loopback without a token."""
+        address = address or fleet.server.admin_listen
+        host, _ = split_host_port(address)
         if token is None and not is_loopback(host):
-            source = str(self.fleet.source or "fleet")
+            source = str(fleet.source or "fleet")
             message = (
-                f"the admin API would listen on {self.admin_listen}, which is not loopback, "
+                f"the admin API would listen on {address}, which is not loopback, "
                 "without a token; set server.admin_token_env (or listen on 127.0.0.1)"
             )
             raise ConfigError([Problem(source, None, "server.admin_listen", message)])
@@ -130,9 +155,11 @@ class RouterServer:
 
     async def start(self) -> None:
         """Bind both listeners, start the pool, the timers and health checks."""
-        front = _bind(self.listen, "front door", "server.listen")
+        front = self._front_socket or bind_listener(self.listen, "front door", "server.listen")
         try:
-            admin = _bind(self.admin_listen, "admin API", "server.admin_listen")
+            admin = self._admin_socket or bind_listener(
+                self.admin_listen, "admin API", "server.admin_listen"
+            )
         except OSError:
             front.close()
             raise
@@ -146,13 +173,16 @@ class RouterServer:
             await self.engine_metrics.start()
             # Before the front door opens: requests go where their model is served.
             await self.served_models.start()
-            apps: tuple[FrontDoor | AdminApi, ...] = (self.front, self.admin)
+            apps: tuple[Callable[[Scope, Receive, Send], Awaitable[None]], ...] = (
+                self.front,
+                self.admin_app,
+            )
             limits = ConnectionLimits.from_config(self.fleet.server, self.upstream.limit)
             routes = (CONNECTION_ROUTE, ADMIN_CONNECTION_ROUTE)
             for app, sock, route in zip(apps, sockets, routes, strict=True):
                 refused = functools.partial(self.metrics.responses.refused, route)
-                config = _config(app, self.fleet.server.client_keepalive_s, limits, refused)
-                server = _EmbeddedUvicorn(config)
+                config = uvicorn_config(app, self.fleet.server.client_keepalive_s, limits, refused)
+                server = EmbeddedUvicorn(config)
                 self._servers.append(server)
                 self._tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
                 await server.wait_started(self._tasks[-1])
@@ -214,7 +244,7 @@ class RouterServer:
 # ---- uvicorn inside someone else's loop --------------------------------------------------
 
 
-class _EmbeddedUvicorn(uvicorn.Server):
+class EmbeddedUvicorn(uvicorn.Server):
     """uvicorn that leaves signals to its host and waits for an event instead of polling."""
 
     def __init__(self, config: uvicorn.Config) -> None:
@@ -274,8 +304,11 @@ class _EmbeddedUvicorn(uvicorn.Server):
             await server.wait_closed()
 
 
-def _config(
-    app: FrontDoor | AdminApi, keepalive_s: int, limits: ConnectionLimits, refused: Refused
+def uvicorn_config(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    keepalive_s: int,
+    limits: ConnectionLimits,
+    refused: Refused,
 ) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -329,7 +362,7 @@ class ListenError(OSError):
         return f"the {self.listener} cannot listen on {self.address}: {self.strerror}"
 
 
-def _bind(address: str, listener: str, setting: str) -> socket.socket:
+def bind_listener(address: str, listener: str, setting: str) -> socket.socket:
     host, port = split_host_port(address)
     if host == "localhost":
         host = "127.0.0.1"
@@ -341,5 +374,7 @@ def _bind(address: str, listener: str, setting: str) -> socket.socket:
 
 
 def _address(sock: socket.socket) -> str:
+    if sock.family == getattr(socket, "AF_UNIX", None):
+        return f"unix:{sock.getsockname()}"
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
