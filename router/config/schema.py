@@ -353,7 +353,7 @@ class HttpUpdaterConfig:
 
     url: str
     """URL template, for example ``http://{node}:9000/restart/{replica}``; the placeholders of
-    ``command.run``, each percent-encoded."""
+    ``command.run``, each percent-encoded but ``{url}`` (the replica's own base URL)."""
     method: str = "POST"
     """HTTP method."""
     body: str | None = None
