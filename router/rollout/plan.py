@@ -72,16 +72,20 @@ class Plan:
         }
 
 
-def plan_waves(members: Sequence[Member], floor: float, order: Order = "weakest-first") -> Plan:
+def plan_waves(
+    members: Sequence[Member], floor: float, order: Order = "weakest-first", staying: float = 0.0
+) -> Plan:
     """The waves that update every member once, in ``order``, each keeping at least ``floor``
-    of the total capacity in service; PlanError when that cannot be done."""
+    of the total capacity in service; PlanError when that cannot be done. ``staying``: the
+    capacity of replicas in service that the plan does not touch (a rollback of some
+    replicas plans against the whole fleet)."""
     if not 0 < floor < 1:
         raise PlanError(f"the floor must be > 0 and < 1, got {floor!r}")
     bad = [m.id for m in members if not (math.isfinite(m.capacity) and m.capacity > 0)]
     if bad:
         raise PlanError(f"{bad[0]} has no learned capacity to plan with")
     ordered = _ordered(members, order)
-    total = sum(m.capacity for m in ordered)
+    total = sum(m.capacity for m in ordered) + staying
     budget = (1 - floor) * total * (1 + _SLACK)
     too_big = [m for m in ordered if m.capacity > budget]
     if too_big:
