@@ -47,7 +47,7 @@ async def _complete(url: str, model: str) -> httpx.Response:
 async def test_a_replica_refuses_connections_while_it_loads_a_version(fleet: EmulatedFleet) -> None:
     """What a restarting vLLM does: the port is bound but not listening until it loaded."""
     await fleet.switch_version("a", VersionSwitch("m-v2", load_s=FOREVER_S))
-    assert fleet.versions()["a"] == {"version": MODEL, "loading": "m-v2"}
+    assert fleet.versions()["a"] == {"version": MODEL, "aliases": [], "loading": "m-v2"}
     with pytest.raises(httpx.ConnectError):
         await _models(fleet.url("a"))
     assert await _models(fleet.url("b")) == [MODEL]
@@ -66,6 +66,16 @@ async def test_after_the_load_it_serves_the_new_version_and_refuses_the_old(
     assert old.status_code == 404
     assert old.json()["error"]["param"] == "model"
     assert await _models(fleet.url("b")) == [MODEL]
+
+
+async def test_a_version_can_keep_a_stable_name_beside_its_own(fleet: EmulatedFleet) -> None:
+    """As ``--served-model-name m-v2 m``: clients asking for ``m`` are served throughout."""
+    url = fleet.url("a")
+    await fleet.switch_version("a", VersionSwitch("m-v2", load_s=0.0, aliases=(MODEL,)))
+    await until(lambda: fleet.versions()["a"]["loading"] is None)
+    assert await _models(url) == ["m-v2", MODEL]
+    assert (await _complete(url, MODEL)).status_code == 200
+    assert (await _complete(url, "m-v2")).status_code == 200
 
 
 async def test_a_switch_cuts_the_requests_in_flight(fleet: EmulatedFleet) -> None:
@@ -119,7 +129,7 @@ async def test_the_control_listener_switches_versions(fleet: EmulatedFleet) -> N
         assert answer.json()["replica"] == "a"
         await until(lambda: fleet.versions()["a"]["loading"] is None)
         listed = (await client.get(f"{base}/versions")).json()
-        assert listed["a"] == {"version": "m-v2", "loading": None}
+        assert listed["a"] == {"version": "m-v2", "aliases": [], "loading": None}
         unknown = await client.post(f"{base}/versions/zz", json={"version": "m-v2"})
         assert unknown.status_code == 404
         bad = await client.post(f"{base}/versions/a", json={"version": "no spaces"})
@@ -138,6 +148,7 @@ async def test_the_control_listener_switches_versions(fleet: EmulatedFleet) -> N
         ({"version": "m", "load_s": -1}, "'load_s' must be a finite number >= 0"),
         ({"version": "m", "load_s": True}, "'load_s' must be a number"),
         ({"version": "m", "wait": True}, "unexpected key 'wait'"),
+        ({"version": "m", "aliases": "m0"}, "'aliases' must be a list of model names"),
     ],
 )
 def test_a_bad_switch_is_refused_with_what_is_wrong(body: object, message: str) -> None:
@@ -147,3 +158,5 @@ def test_a_bad_switch_is_refused_with_what_is_wrong(body: object, message: str) 
 
 def test_a_switch_names_its_version_and_defaults_its_load() -> None:
     assert parse_version_switch({"version": "org/m-v2"}, 7.0) == VersionSwitch("org/m-v2", 7.0)
+    with_alias = parse_version_switch({"version": "v2", "aliases": ["m", "v2", "m"]})
+    assert with_alias.aliases == ("m",)

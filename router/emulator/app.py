@@ -50,7 +50,9 @@ def build_app(replica: EmulatedReplica) -> web.Application:
         return await _complete(replica, request, "chat")
 
     async def models(_: web.Request) -> web.StreamResponse:
-        return web.json_response(models_body(replica.model, replica.max_model_len, created))
+        return web.json_response(
+            models_body(replica.model, replica.max_model_len, created, replica.aliases)
+        )
 
     async def health(_: web.Request) -> web.StreamResponse:
         return web.Response()

@@ -214,7 +214,7 @@ class EmulatedFleet:
         closed, the load going on in the background (as ``systemctl restart`` returns while
         the engine loads). ControlError while it is already restarting."""
         replica = self.replica(replica_id)
-        await replica.go_down(switch.version)
+        await replica.go_down(switch.version, switch.aliases)
         task = asyncio.create_task(
             replica.come_up(switch.load_s), name=f"emulated-restart-{replica_id}"
         )
@@ -227,7 +227,10 @@ class EmulatedFleet:
 
     def versions(self) -> dict[str, dict[str, Any]]:
         """Every replica's served version, and the one a restart is loading (or None)."""
-        return {rid: {"version": r.model, "loading": r.loading} for rid, r in self.replicas.items()}
+        return {
+            rid: {"version": r.model, "aliases": list(r.aliases), "loading": r.loading}
+            for rid, r in self.replicas.items()
+        }
 
     def faults(self) -> dict[str, dict[str, Any]]:
         """Every replica's faults, by id."""

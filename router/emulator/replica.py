@@ -61,6 +61,8 @@ class EmulatedReplica:
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
         self.model = config.model
         """The served model name now: the fleet file's, until a version switch (``restart``)."""
+        self.aliases: tuple[str, ...] = ()
+        """More names it serves the model under (vLLM's ``--served-model-name m m-v2``)."""
         self.loading: str | None = None
         """The version a restart is loading (the port refuses meanwhile); None when serving."""
         self.metrics = ReplicaMetrics(
@@ -76,6 +78,7 @@ class EmulatedReplica:
         self.answering.set()
         self._lengths = random.Random(f"{seed}:{config.id}:lengths")
         self._failures = random.Random(f"{seed}:{config.id}:failures")
+        self._next_aliases: tuple[str, ...] = ()
         self._runner: web.AppRunner | None = None
         self._site: web.SockSite | None = None
 
@@ -92,7 +95,7 @@ class EmulatedReplica:
 
     def plan(self, req: CompletionRequest) -> Job:
         """The request's lengths; ApiError when this replica cannot serve it."""
-        if req.model is not None and req.model != self.model:
+        if req.model is not None and req.model != self.model and req.model not in self.aliases:
             message = f"The model `{req.model}` does not exist."
             raise ApiError(404, message, param="model")
         if req.refusal is not None:
@@ -217,19 +220,20 @@ class EmulatedReplica:
         if self._site is None and self._runner is not None and self.loading is None:
             await self._listen()
 
-    async def restart(self, version: str, load_s: float) -> None:
+    async def restart(self, version: str, load_s: float, aliases: tuple[str, ...] = ()) -> None:
         """Restart the engine onto ``version`` (router/emulator/versions.py): ``go_down``,
         then ``come_up`` after ``load_s`` emulated seconds."""
-        await self.go_down(version)
+        await self.go_down(version, aliases)
         await self.come_up(load_s)
 
-    async def go_down(self, version: str) -> None:
+    async def go_down(self, version: str, aliases: tuple[str, ...] = ()) -> None:
         """The restart's first half: the port closes and every open connection drops now
         (what is in flight is lost, as in a real restart); ``loading`` names ``version``.
         ControlError while a restart is already loading."""
         if self.loading is not None:
             raise ControlError(f"{self.id} is already restarting onto {self.loading}")
         self.loading = version
+        self._next_aliases = aliases
         await self.kill()
 
     async def come_up(self, load_s: float) -> None:
@@ -245,7 +249,7 @@ class EmulatedReplica:
         except asyncio.CancelledError:
             self.loading = None  # the fleet is stopping: it stays down
             raise
-        self.model = version
+        self.model, self.aliases = version, self._next_aliases
         self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver.observe(self.metrics)
         slow, fail = self.faults.slow_factor, self.faults.fail_fraction

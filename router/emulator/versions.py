@@ -39,15 +39,20 @@ class VersionSwitch:
 
     version: str
     load_s: float = DEFAULT_LOAD_S
+    aliases: tuple[str, ...] = ()
+    """More names to serve it under, as ``--served-model-name m-v2 m`` does: a stable name
+    clients keep asking for while the version behind it changes."""
 
 
 def parse_version_switch(body: object, default_load_s: float = DEFAULT_LOAD_S) -> VersionSwitch:
-    """``{"version": "m-v2", "load_s": 2.0}``; ControlError naming what is wrong."""
+    """``{"version": "m-v2", "load_s": 2.0, "aliases": ["m"]}``; ControlError naming what is
+    wrong."""
     if not isinstance(body, dict):
         raise ControlError("expected a JSON object with a 'version'")
-    unknown = sorted(set(body) - {"version", "load_s"})
+    unknown = sorted(set(body) - {"version", "load_s", "aliases"})
     if unknown:
-        raise ControlError(f"unexpected key {unknown[0]!r}; expected 'version' and 'load_s'")
+        expected = "'version', 'load_s' and 'aliases'"
+        raise ControlError(f"unexpected key {unknown[0]!r}; expected {expected}")
     version = body.get("version")
     if not isinstance(version, str) or not VERSION_NAME.match(version):
         example = "'org/model-v2'"
@@ -57,4 +62,11 @@ def parse_version_switch(body: object, default_load_s: float = DEFAULT_LOAD_S) -
         raise ControlError("'load_s' must be a number of seconds")
     if not (math.isfinite(load_s) and load_s >= 0):
         raise ControlError(f"'load_s' must be a finite number >= 0, got {load_s}")
-    return VersionSwitch(version, float(load_s))
+    aliases = body.get("aliases", [])
+    if not isinstance(aliases, list) or not all(
+        isinstance(a, str) and VERSION_NAME.match(a) for a in aliases
+    ):
+        raise ControlError("'aliases' must be a list of model names")
+    return VersionSwitch(
+        version, float(load_s), tuple(dict.fromkeys(a for a in aliases if a != version))
+    )
