@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from router.config import parse_fleet
+from router.config.loader import parse_rollout_settings
 from router.config.schema import CommandUpdaterConfig, RolloutConfig
 from router.errors import ConfigError
 from router.rollout.templates import fill, split_command, template_problem
@@ -78,3 +79,17 @@ def test_a_command_is_split_into_words_without_a_shell() -> None:
     assert split_command("sh -c 'a; b' {replica}") == ["sh", "-c", "a; b", "{replica}"]
     with pytest.raises(ValueError, match="empty"):
         split_command("  ")
+
+
+def test_a_rollout_commands_settings_go_over_the_fleet_files() -> None:
+    base = parse_fleet(FLEET + "rollout:\n  floor: 0.5\n  drain_timeout_s: 9\n", "f").rollout
+    merged = parse_rollout_settings({"floor": 0.8, "order": "strongest-first"}, base)
+    assert (merged.floor, merged.order, merged.drain_timeout_s) == (0.8, "strongest-first", 9.0)
+
+
+def test_a_rollout_commands_bad_settings_are_named_by_key() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_rollout_settings({"floor": 0, "updater": {"command": {"run": ""}}}, RolloutConfig())
+    text = str(caught.value)
+    assert "rollout.floor: must be > 0 and < 1" in text
+    assert "rollout.updater.command.run: cannot be split into arguments" in text

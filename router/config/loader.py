@@ -57,7 +57,7 @@ from router.perf.profiles import ProfileCatalog, UnknownProfileError, load_catal
 from router.rollout.templates import SAMPLE, fill, split_command, template_problem
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
-__all__ = ["load_fleet", "parse_fleet", "unprofiled_kinds"]
+__all__ = ["load_fleet", "parse_fleet", "parse_rollout_settings", "unprofiled_kinds"]
 
 _T = TypeVar("_T")
 _EXTENSION = "x-"
@@ -673,6 +673,24 @@ def load_fleet(path: str | Path) -> FleetConfig:
     path = Path(path)
     fleet = _build(read_yaml(path), str(path), path.parent)
     return dataclasses.replace(fleet, source=path)
+
+
+def parse_rollout_settings(
+    settings: Mapping[str, Any], base: RolloutConfig, source: str = "rollout"
+) -> RolloutConfig:
+    """A rollout command's own settings (the keys of the fleet file's ``rollout:``), over
+    ``base``; the same rules as in a fleet file, every problem at once as a ConfigError whose
+    keys start with ``rollout.``."""
+    # JSON is YAML: the settings go through the reader that checks fleet files.
+    document = parse_yaml(json.dumps(dict(settings)), source)
+    reader = _Reader(source)
+    parsed = reader.record(RolloutConfig, document, "rollout")
+    if parsed is not _BAD and _ok(parsed.updater) and parsed.updater is not None:
+        _check_updater(reader, "rollout.updater", parsed.updater)
+    if reader.problems:
+        raise ConfigError([dataclasses.replace(p, line=None) for p in reader.problems])
+    given = {key: getattr(parsed, key) for key in settings}
+    return dataclasses.replace(base, **given)
 
 
 def unprofiled_kinds(

@@ -17,20 +17,16 @@ the same architecture on the same card).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from router.errors import ControlError
+from router.rollout.templates import VERSION_NAME
 
 __all__ = ["DEFAULT_LOAD_S", "VERSION_NAME", "VersionSwitch", "parse_version_switch"]
 
 DEFAULT_LOAD_S = 5.0
 """Emulated seconds a restart takes to load its model when the command names none: the
 order of a small model from a local disk; a 70B model from network storage takes minutes."""
-VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]*\Z")
-"""What a version (served model name) may be: Hugging Face names (``org/model``), tags with
-dots and colons; nothing that needs quoting in a URL path segment, a JSON string or an
-argument."""
 
 
 @dataclass(frozen=True, slots=True)

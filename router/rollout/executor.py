@@ -262,6 +262,14 @@ class Rollout(CoreListener):
         self._task = asyncio.create_task(self._guarded(self._roll_back(targets)), name=self.id)
         return self._task
 
+    async def cancel(self) -> None:
+        """Stop now, whatever the step (the router is stopping); the task is awaited."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def wait(self) -> RolloutStatus:
         """The status once the current task (rollout or rollback) has ended."""
         if self._task is not None:
@@ -422,10 +430,15 @@ class Rollout(CoreListener):
             self.error = f"{rid}: the update failed: {result.summary}"
             return False
         self.steps[rid] = Step.LOADING
-        return await self._serving(rid, version, self.spec.ready_timeout_s)
+        timeout_s = self.spec.ready_timeout_s
+        problem = await self._serving(rid, version, timeout_s)
+        if problem is not None:
+            self.error = f"{rid}: does not serve {version} after {timeout_s:g} s: {problem}"
+        return problem is None
 
-    async def _serving(self, rid: str, version: str, timeout_s: float) -> bool:
-        """Ask until ``rid`` serves ``version`` or ``timeout_s`` passed (0: ask once)."""
+    async def _serving(self, rid: str, version: str, timeout_s: float) -> str | None:
+        """Ask until ``rid`` serves ``version`` or ``timeout_s`` passed (0: ask once); None
+        when it does, else why not at the last ask."""
         url = self.core.replica(rid).config.endpoint
         deadline = self.clock() + timeout_s
         while True:
@@ -435,13 +448,10 @@ class Rollout(CoreListener):
                 if self.learn is not None:
                     self.learn(self.core.replica(rid), serving.models)
                 self._note(ACTOR, "serving", True, f"{rid}: serves {version}", replica=rid)
-                return True
+                return None
             left = deadline - self.clock()
             if left <= 0:
-                self.error = (
-                    f"{rid}: does not serve {version} after {timeout_s:g} s: {serving.problem}"
-                )
-                return False
+                return serving.problem or "no model list"
             await self._sleep(min(self.spec.check_interval_s, left))
 
     async def _recover(self, rid: str, wanted: str) -> None:
@@ -450,7 +460,7 @@ class Rollout(CoreListener):
         self._note(
             ACTOR, "update failed", False, self.error or f"{rid}: update failed", replica=rid
         )
-        if before != wanted and await self._serving(rid, before, 0.0):
+        if before != wanted and await self._serving(rid, before, 0.0) is None:
             self._readmit(rid, Step.KEPT if before == self.old[rid] else Step.UPDATED)
             return
         self.steps[rid] = Step.FLAGGED

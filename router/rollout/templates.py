@@ -16,12 +16,16 @@ from collections.abc import Callable, Mapping
 __all__ = [
     "PLACEHOLDERS",
     "SAMPLE",
+    "VERSION_NAME",
     "fill",
     "split_command",
     "template_problem",
 ]
 
 PLACEHOLDERS = ("replica", "node", "url", "version")
+VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]*\Z")
+"""What a version (a served model name) may be: Hugging Face names (``org/model``), tags
+with dots and colons; nothing that needs quoting in a JSON string or an argument."""
 _LOOKS_LIKE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SAMPLE: Mapping[str, str] = {
     "replica": "replica-0",
