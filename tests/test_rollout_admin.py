@@ -13,6 +13,7 @@ import pytest
 from router.emulator import EmulatedFleet
 from router.http.server import RouterServer
 from router.replica import ReplicaState
+from router.rollout.executor import Phase
 from tests.http_support import MODEL, Spec, routed
 
 SPECS = (Spec("a0"), Spec("a1"), Spec("v0", gpu="V100-32GB"))
@@ -143,3 +144,16 @@ async def test_a_bad_rollout_command_is_refused_with_what_is_wrong(
     answer = await _post(server, body)
     assert answer.status_code == status
     assert message in answer.json()["error"]["message"]
+
+
+async def test_a_router_that_stops_cancels_the_rollout_going() -> None:
+    """A rollout waiting on a replica that loads for ever does not hold the router's stop."""
+    async with routed(SPECS) as (server, emulated):
+        port = await emulated.start_control()
+        settings = _settings(port, load_s=1e9, ready_timeout_s=3600)
+        started = await _post(server, {"action": "start", "version": NEW, "settings": settings})
+        assert started.status_code == 200
+        rollout = server.rollouts.current
+        assert rollout is not None
+        await server.stop(grace_s=0)
+        assert rollout.status().phase is Phase.RUNNING  # cut short, not ended on its own
