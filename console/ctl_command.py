@@ -1,7 +1,8 @@
 """``gpurouter ctl``: talk to a running router's admin API from a shell or a script.
 
 One subcommand per control command (the names of ``router.control.COMMANDS``), plus
-``status``, ``events`` and ``decisions`` to read. Every failure is one line on stderr and an
+``status``, ``events`` and ``decisions`` to read, and ``rollout`` (console/ctl/rollout.py)
+to start and steer model rollouts. Every failure is one line on stderr and an
 exit code from :data:`EXIT_CODES`; the parts live in ``console/ctl/``.
 """
 
@@ -64,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     _add_reads(sub, connection)
     _add_commands(sub, connection)
+    from console.ctl.rollout import add_parser as add_rollout
+
+    add_rollout(sub, connection, _Parser)
 
 
 def _add_connection(p: argparse.ArgumentParser, default_timeout: object) -> None:
@@ -185,9 +189,23 @@ def _dispatch(client: AdminClient, args: argparse.Namespace, out: TextIO) -> Non
         case "decisions":
             for decision in client.decisions(args.limit):
                 out.write(_line(decision, args.json, "decision") + "\n")
+        case "rollout":
+            _rollout(client, args, out)
         case _:
             event = client.command(_command_body(args))
             out.write((json.dumps(event) if args.json else _applied(event)) + "\n")
+
+
+def _rollout(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
+    from console.ctl import UnreachableError
+    from console.ctl.rollout import run as run_rollout
+
+    try:
+        run_rollout(client, args, out)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UnreachableError(
+            f"the admin API's rollout is not what ctl expects ({exc!r})"
+        ) from None
 
 
 def _applied(event: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import math
 import signal
 from typing import TYPE_CHECKING, TextIO
 
@@ -38,6 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="serve the fault-injection API here (loopback only), e.g. 127.0.0.1:9100",
     )
+    p.add_argument(
+        "--load-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="emulated seconds a version switch takes to load its model (5)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -49,11 +57,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         control = _control_address(args.control_listen) if args.control_listen else None
         if args.time_scale <= 0:
             raise GpuRouterError(f"--time-scale must be > 0, got {args.time_scale}")
+        if not (math.isfinite(args.load_s) and args.load_s >= 0):
+            raise GpuRouterError(f"--load-s must be a number >= 0, got {args.load_s}")
         fleet = EmulatedFleet(
             load_fleet(args.config),
             replicas=args.replica,
             time_scale=args.time_scale,
             seed=args.seed,
+            load_s=args.load_s,
         )
         asyncio.run(_serve(fleet, control, out))
     except GpuRouterError as exc:

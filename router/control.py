@@ -124,8 +124,9 @@ class Event:
     kind: str
     """The command's name (``drain``...); for a change the router made itself, ``state`` (a
     replica's state, actor ``router``, with its ``reason``), ``panic`` (panic mode began or
-    ended, actor ``router``) or ``tune`` (a weight or batch size the adaptive tuners moved,
-    actor ``tuner``)."""
+    ended, actor ``router``), ``tune`` (a weight or batch size the adaptive tuners moved,
+    actor ``tuner``) or ``rollout`` (a step of a model rollout, actor ``rollout`` for the
+    steps it takes, or the operator who started, paused or aborted it; router/rollout/)."""
     args: Mapping[str, Any]
     ok: bool
     message: str
@@ -287,6 +288,11 @@ class ControlSurface(CoreListener):
                 "signal": c.signal,
             }
             self._change(("tuner", "tune", args, True, c.message))
+
+    def note(self, actor: str, kind: str, args: Mapping[str, Any], ok: bool, message: str) -> None:
+        """Record a change the router made outside a command (a rollout's step), in causal
+        order like the core's own changes, and publish it."""
+        self._change((actor, kind, dict(args), ok, message))
 
     def _change(self, change: _Change) -> None:
         if self._caused is not None:

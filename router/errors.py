@@ -3,6 +3,7 @@
     GpuRouterError            base: a message a person can act on
     ├── ConfigError           a fleet or scenario file is wrong (carries every problem found)
     ├── ControlError          an operator command was refused
+    │   └── RolloutError      a rollout was refused or stopped
     ├── UpstreamError         a replica failed a request
     └── TelemetryError        telemetry could not be read or published
 
@@ -49,6 +50,12 @@ class ControlError(GpuRouterError):
     """An operator command was refused (unknown replica, bad value, wrong state)."""
 
     title = "command refused"
+
+
+class RolloutError(ControlError):
+    """A rollout was refused (its plan cannot keep the floor) or stopped (an update failed)."""
+
+    title = "rollout failed"
 
 
 class UpstreamError(GpuRouterError):

@@ -119,6 +119,20 @@ class AdminClient:
         response = self._send("GET", "/admin/decisions", params={"limit": limit})
         return _list(json_object(response, "/admin/decisions"), "decisions")
 
+    def rollout(self) -> dict[str, Any] | None:
+        """The current (or last) rollout's state; None before the first."""
+        data = json_object(self._send("GET", "/admin/rollout"), "/admin/rollout")
+        return _rollout_of(data)
+
+    def rollout_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Start or steer a rollout; its state afterwards (:class:`RefusedError` when
+        refused)."""
+        response = self._send("POST", "/admin/rollout", json=dict(body))
+        rollout = _rollout_of(json_object(response, "/admin/rollout"))
+        if rollout is None:
+            raise UnreachableError("/admin/rollout answered no rollout after an action")
+        return rollout
+
     def follow(self, since: int = 0) -> Generator[dict[str, Any], None, None]:
         """The audit trail after ``since``, then each new event as it happens.
 
@@ -218,6 +232,15 @@ def _list(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise UnreachableError(f"the admin API's answer has no list of {key}")
     return items
+
+
+def _rollout_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    rollout = data.get("rollout", False)
+    if rollout is not None and not isinstance(rollout, dict):
+        raise UnreachableError(
+            "/admin/rollout did not answer a rollout; is it a gpurouter admin API?"
+        )
+    return rollout
 
 
 def event_line(line: str) -> dict[str, Any]:

@@ -40,8 +40,9 @@ LEGEND = (
 
 State = Mapping[str, Any]
 
-_SELF_DESCRIBED = frozenset({"state", "tune", "panic"})
-"""Event kinds whose message says all their arguments do."""
+_SELF_DESCRIBED = frozenset({"state", "tune", "panic", "rollout"})
+"""Event kinds whose message says all their arguments do (a rollout's start carries its whole
+plan, said in a line by the message)."""
 
 
 def print_status(state: State, out: TextIO) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import re
 import types
@@ -31,27 +32,32 @@ from urllib.parse import urlsplit
 from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
+    CommandUpdaterConfig,
     ConsoleConfig,
     ControlConfig,
     CostConfig,
     FleetConfig,
     GpuConfig,
     HealthConfig,
+    HttpUpdaterConfig,
     NodeConfig,
     QueueConfig,
     ReplicaConfig,
     RetryConfig,
+    RolloutConfig,
     RouterConfig,
     ServerConfig,
     StrategyConfig,
     TimeoutConfig,
+    UpdaterConfig,
 )
 from router.errors import ConfigError, ControlError, Problem
 from router.operator_values import MAX_BATCH_SIZE, MAX_WEIGHT, MIN_WEIGHT
 from router.perf.profiles import ProfileCatalog, UnknownProfileError, load_catalog
+from router.rollout.templates import SAMPLE, fill, split_command, template_problem
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
-__all__ = ["load_fleet", "parse_fleet", "unprofiled_kinds"]
+__all__ = ["load_fleet", "parse_fleet", "parse_rollout_settings", "unprofiled_kinds"]
 
 _T = TypeVar("_T")
 _EXTENSION = "x-"
@@ -152,6 +158,43 @@ def _env_var(v: str) -> str | None:
     return None if _ENV_VAR.match(v) else f"must be an environment variable name, got {v!r}"
 
 
+def _one_of(what: str, known: tuple[str, ...]) -> Rule:
+    def check(v: str) -> str | None:
+        return None if v in known else _not_one_of(what, v, known)
+
+    return check
+
+
+def _command_line(v: str) -> str | None:
+    try:
+        split_command(v)
+    except ValueError as exc:
+        return f"cannot be split into arguments: {exc}"
+    return template_problem(v)
+
+
+def _url_template(v: str) -> str | None:
+    problem = template_problem(v)
+    if problem is not None:
+        return problem
+    if _url_fits(fill(v, SAMPLE), ("http", "https")):
+        return None
+    example = "http://{node}:9000/restart/{replica}"
+    kinds = "http:// or https://"
+    return f"must be a URL starting with {kinds}, with a host, e.g. {example}; got {v!r}"
+
+
+def _json_template(v: str) -> str | None:
+    problem = template_problem(v)
+    if problem is not None:
+        return problem
+    try:
+        json.loads(fill(v, SAMPLE))
+    except ValueError as exc:
+        return f"must be JSON once its placeholders are filled: {exc}"
+    return None
+
+
 def _strategy(v: str) -> str | None:
     # Imported here: router.strategies imports router.replica, which imports this package.
     from router.strategies import STRATEGIES
@@ -246,6 +289,19 @@ _RULES: dict[tuple[type, str], Rule] = {
     (ServerConfig, "body_timeout_s"): _at_least(0),
     (ConsoleConfig, "theme"): _name,
     (ConsoleConfig, "refresh_s"): _above(0),
+    (RolloutConfig, "floor"): lambda v: None if 0 < v < 1 else f"must be > 0 and < 1, got {v!r}",
+    (RolloutConfig, "order"): _one_of("order", ("weakest-first", "strongest-first")),
+    (RolloutConfig, "drain_timeout_s"): _above(0),
+    (RolloutConfig, "on_drain_timeout"): _one_of("choice", ("wait", "preempt")),
+    (RolloutConfig, "ready_timeout_s"): _above(0),
+    (RolloutConfig, "check_interval_s"): _above(0),
+    (CommandUpdaterConfig, "run"): _command_line,
+    (CommandUpdaterConfig, "timeout_s"): _above(0),
+    (HttpUpdaterConfig, "url"): _url_template,
+    (HttpUpdaterConfig, "method"): _one_of("method", ("GET", "POST", "PUT", "PATCH", "DELETE")),
+    (HttpUpdaterConfig, "body"): _json_template,
+    (HttpUpdaterConfig, "expect_status"): _within(100, 599),
+    (HttpUpdaterConfig, "timeout_s"): _above(0),
 }
 
 _DERIVED: dict[tuple[type, str], str] = {
@@ -451,6 +507,8 @@ def _complete(r: _Reader, fleet: FleetConfig, directory: Path) -> FleetConfig:
         _check_router(r, fleet.router)
         if _ok(fleet.router.strategy):
             _check_strategy(r, fleet.router.strategy)
+    if _ok(fleet.rollout) and _ok(fleet.rollout.updater) and fleet.rollout.updater is not None:
+        _check_updater(r, "rollout.updater", fleet.rollout.updater)
     profiles = _check_profiles(r, fleet.profiles, directory)
     nodes = tuple(_complete_node(r, p, n, fleet.model) for p, n in _each("nodes", fleet.nodes))
     _unique(r, "node name", ((f"{p}.name", n.name) for p, n in _each("nodes", fleet.nodes)))
@@ -476,6 +534,13 @@ def _check_router(r: _Reader, router: RouterConfig) -> None:
     h = router.health
     if _ok(h) and _ok(h.eject_base_s, h.eject_max_s) and h.eject_max_s < h.eject_base_s:
         r.problem("router.health.eject_max_s", "must be >= eject_base_s")
+
+
+def _check_updater(r: _Reader, path: str, updater: UpdaterConfig) -> None:
+    given = [name for name in ("command", "http") if getattr(updater, name) is not None]
+    if len(given) != 1:
+        said = "both" if given else "neither"
+        r.problem(path, f"needs exactly one of 'command' and 'http', got {said}")
 
 
 def _check_strategy(r: _Reader, strategy: StrategyConfig) -> None:
@@ -608,6 +673,24 @@ def load_fleet(path: str | Path) -> FleetConfig:
     path = Path(path)
     fleet = _build(read_yaml(path), str(path), path.parent)
     return dataclasses.replace(fleet, source=path)
+
+
+def parse_rollout_settings(
+    settings: Mapping[str, Any], base: RolloutConfig, source: str = "rollout"
+) -> RolloutConfig:
+    """A rollout command's own settings (the keys of the fleet file's ``rollout:``), over
+    ``base``; the same rules as in a fleet file, every problem at once as a ConfigError whose
+    keys start with ``rollout.``."""
+    # JSON is YAML: the settings go through the reader that checks fleet files.
+    document = parse_yaml(json.dumps(dict(settings)), source)
+    reader = _Reader(source)
+    parsed = reader.record(RolloutConfig, document, "rollout")
+    if parsed is not _BAD and _ok(parsed.updater) and parsed.updater is not None:
+        _check_updater(reader, "rollout.updater", parsed.updater)
+    if reader.problems:
+        raise ConfigError([dataclasses.replace(p, line=None) for p in reader.problems])
+    given = {key: getattr(parsed, key) for key in settings}
+    return dataclasses.replace(base, **given)
 
 
 def unprofiled_kinds(

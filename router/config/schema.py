@@ -335,6 +335,70 @@ class ConsoleConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandUpdaterConfig:
+    """Update a replica by running a command on the router's machine, without a shell."""
+
+    run: str
+    """The command line, for example ``systemctl restart vllm@{replica}``: split into
+    arguments as a POSIX shell would (quotes group words), then ``{replica}``, ``{node}``,
+    ``{url}`` and ``{version}`` are replaced inside each argument, and it runs without a shell,
+    so no value can inject one; write ``sh -c '...'`` to have one."""
+    timeout_s: float = 600.0
+    """How long the command may run; then it is killed and the update has failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpUpdaterConfig:
+    """Update a replica with one HTTP request (an orchestrator's API, a node agent)."""
+
+    url: str
+    """URL template, for example ``http://{node}:9000/restart/{replica}``; the placeholders of
+    ``command.run``, each percent-encoded but ``{url}`` (the replica's own base URL)."""
+    method: str = "POST"
+    """HTTP method."""
+    body: str | None = None
+    """Body template, sent as JSON (``{"version": "{version}"}``); None sends no body."""
+    expect_status: int = 200
+    """The status that means the update was accepted; any other is a failure."""
+    timeout_s: float = 60.0
+    """How long the request may take."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdaterConfig:
+    """How a replica is moved to another version: exactly one of ``command`` and ``http``."""
+
+    command: CommandUpdaterConfig | None = None
+    """Run a command per replica."""
+    http: HttpUpdaterConfig | None = None
+    """Send an HTTP request per replica."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    """Model rollouts in rolling waves (docs/rollouts.md): the defaults a rollout starts with."""
+
+    floor: float = 0.75
+    """Share of the fleet's learned capacity that must stay in service during a rollout,
+    above 0 and below 1; a plan that cannot keep it is refused."""
+    order: str = "weakest-first"
+    """Which replicas go first: ``weakest-first`` (a bad version meets little traffic first)
+    or ``strongest-first``; a rollout may also name its own order."""
+    drain_timeout_s: float = 300.0
+    """How long a wave waits for its replicas' in-flight requests to finish."""
+    on_drain_timeout: str = "wait"
+    """Then: ``wait`` (on, until they finish) or ``preempt`` (requests not yet answering are
+    re-run elsewhere; streams under way end with an error event)."""
+    ready_timeout_s: float = 900.0
+    """How long an updated replica may take to serve the new version (its ``/v1/models``
+    names it and a one-token generation succeeds); then the rollout stops."""
+    check_interval_s: float = 1.0
+    """How often an updated replica is asked whether it serves the new version."""
+    updater: UpdaterConfig | None = None
+    """How each replica is updated; without one, a rollout must name its own."""
+
+
+@dataclass(frozen=True, slots=True)
 class FleetConfig:
     """A whole fleet file."""
 
@@ -354,6 +418,8 @@ class FleetConfig:
     """HTTP listeners."""
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     """Console defaults."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Model rollouts."""
     profiles: tuple[str, ...] = ()
     """Paths of extra GPU/model profile YAML files, relative to the fleet file; they add to or
     override the built-in profiles in router/perf/."""

@@ -12,6 +12,7 @@ from router.emulator.faults import FaultCommand, FaultState, parse_fault_command
 from router.emulator.fleet import EmulatedFleet, loopback_address
 from router.emulator.openai_request import ApiError, CompletionRequest, parse_request
 from router.emulator.replica import EmulatedReplica
+from router.emulator.versions import VersionSwitch, parse_version_switch
 
 __all__ = [
     "ApiError",
@@ -22,7 +23,9 @@ __all__ = [
     "FaultCommand",
     "FaultState",
     "Generation",
+    "VersionSwitch",
     "loopback_address",
     "parse_fault_command",
     "parse_request",
+    "parse_version_switch",
 ]

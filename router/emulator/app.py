@@ -50,7 +50,9 @@ def build_app(replica: EmulatedReplica) -> web.Application:
         return await _complete(replica, request, "chat")
 
     async def models(_: web.Request) -> web.StreamResponse:
-        return web.json_response(models_body(replica.config.model, replica.max_model_len, created))
+        return web.json_response(
+            models_body(replica.model, replica.max_model_len, created, replica.aliases)
+        )
 
     async def health(_: web.Request) -> web.StreamResponse:
         return web.Response()
@@ -114,7 +116,7 @@ async def _complete(
         return _error(exc)
     gen = replica.driver.submit(job.prompt_tokens, job.output_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    model = req.model or replica.config.model
+    model = req.model or replica.model
     head = ResponseHeader(kind, f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model)
     try:
         if req.stream:

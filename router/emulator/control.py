@@ -6,6 +6,11 @@
   one (``factor`` for ``slow``, ``fraction`` and an optional ``seed`` for ``fail``); answers
   the replica's faults.
 
+- ``GET /versions``: every replica's served version and the one a restart is loading.
+- ``POST /versions/<replica>`` with ``{"version": "org/model-v2", "load_s": 2.0}``: restart
+  the replica onto that version (router/emulator/versions.py); answers 202 once its port is
+  closed, with the versions of the replica, while it loads. 409 while it already restarts.
+
 A refused command answers 400 (404 for an unknown replica) with ``{"error": {"message"}}``.
 """
 
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from router.emulator.faults import parse_fault_command
+from router.emulator.versions import parse_version_switch
 from router.errors import ControlError
 
 if TYPE_CHECKING:
@@ -45,9 +51,31 @@ def build_control_app(fleet: EmulatedFleet) -> web.Application:
             return _refused(400, str(exc))
         return web.json_response({"replica": replica_id, "faults": fleet.faults()[replica_id]})
 
+    async def list_versions(_: web.Request) -> web.Response:
+        return web.json_response(fleet.versions())
+
+    async def switch_version(request: web.Request) -> web.Response:
+        replica_id = request.match_info["replica"]
+        if replica_id not in fleet.replicas:
+            return _refused(404, f"no emulated replica {replica_id!r}")
+        try:
+            switch = parse_version_switch(json.loads(await request.read()), fleet.load_s)
+        except ValueError:
+            return _refused(400, "the body is not valid JSON")
+        except ControlError as exc:
+            return _refused(400, str(exc))
+        try:
+            await fleet.switch_version(replica_id, switch)
+        except ControlError as exc:
+            return _refused(409, str(exc))
+        versions = fleet.versions()[replica_id]
+        return web.json_response({"replica": replica_id, **versions}, status=202)
+
     app = web.Application()
     app.router.add_get("/faults", list_faults)
     app.router.add_post("/faults/{replica}", set_fault)
+    app.router.add_get("/versions", list_versions)
+    app.router.add_post("/versions/{replica}", switch_version)
     return app
 
 

@@ -100,6 +100,10 @@ class EngineDriver:
         self._thawed.set()
         self._frozen_at = 0.0
 
+    def observe(self, observer: EngineObserver | None) -> None:
+        """Report to ``observer`` from now on (a restarted engine has fresh metrics)."""
+        self._observer = observer
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -8,6 +8,8 @@ emulated GPUs for the telemetry agent.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -19,6 +21,7 @@ from router.emulator.control import ControlListener
 from router.emulator.faults import FaultCommand
 from router.emulator.gpu import BusyWindow, GpuLoad, gpu_inventory, gpu_samples
 from router.emulator.replica import EmulatedReplica
+from router.emulator.versions import DEFAULT_LOAD_S, VersionSwitch
 from router.errors import ConfigError, ControlError, Problem
 from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
 from router.telemetry.schema import GpuInventory, GpuSample
@@ -60,7 +63,10 @@ class EmulatedFleet:
         seed: int = 0,
         catalog: ProfileCatalog | None = None,
         ports: Mapping[str, int] | None = None,
+        load_s: float = DEFAULT_LOAD_S,
     ) -> None:
+        """``load_s``: emulated seconds a version switch takes to load when its command
+        names none (router/emulator/versions.py)."""
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.config = config
@@ -79,6 +85,8 @@ class EmulatedFleet:
         }
         self._windows: dict[str, BusyWindow] = {}
         self._control: ControlListener | None = None
+        self.load_s = load_s
+        self._restarts: dict[str, asyncio.Task[None]] = {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -99,6 +107,12 @@ class EmulatedFleet:
         if self._control is not None:
             await self._control.stop()
             self._control = None
+        restarts, self._restarts = list(self._restarts.values()), {}
+        for task in restarts:
+            task.cancel()
+        for task in restarts:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for replica in self.replicas.values():
             await replica.stop()
 
@@ -192,6 +206,31 @@ class EmulatedFleet:
                 replica.fail(command.fraction, command.seed)
             case "heal" | "revive":
                 await replica.heal()
+
+    # --- versions -------------------------------------------------------------------------
+
+    async def switch_version(self, replica_id: str, switch: VersionSwitch) -> None:
+        """Start restarting the replica onto ``switch.version``; returns once its port is
+        closed, the load going on in the background (as ``systemctl restart`` returns while
+        the engine loads). ControlError while it is already restarting."""
+        replica = self.replica(replica_id)
+        await replica.go_down(switch.version, switch.aliases)
+        task = asyncio.create_task(
+            replica.come_up(switch.load_s), name=f"emulated-restart-{replica_id}"
+        )
+        self._restarts[replica_id] = task
+        task.add_done_callback(lambda t: self._forget_restart(replica_id, t))
+
+    def _forget_restart(self, replica_id: str, task: asyncio.Task[None]) -> None:
+        if self._restarts.get(replica_id) is task:
+            del self._restarts[replica_id]
+
+    def versions(self) -> dict[str, dict[str, Any]]:
+        """Every replica's served version, and the one a restart is loading (or None)."""
+        return {
+            rid: {"version": r.model, "aliases": list(r.aliases), "loading": r.loading}
+            for rid, r in self.replicas.items()
+        }
 
     def faults(self) -> dict[str, dict[str, Any]]:
         """Every replica's faults, by id."""

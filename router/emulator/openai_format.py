@@ -144,8 +144,12 @@ class StreamChunks:
         return sse(chunk | {"prompt_text": None, "prompt_token_ids": None})
 
 
-def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """``GET /v1/models``: the one model the replica serves, with vLLM's permission card."""
+def models_body(
+    model: str, max_model_len: int, created: int, aliases: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``GET /v1/models``: the model the replica serves, with vLLM's permission card; one card
+    per served name, as vLLM lists each name of ``--served-model-name a b``, ``root`` being
+    the model loaded (the first name here)."""
     permission = {
         "id": f"modelperm-{uuid.uuid4().hex}",
         "object": "model_permission",
@@ -160,17 +164,20 @@ def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
         "group": None,
         "is_blocking": False,
     }
-    card = {
-        "id": model,
-        "object": "model",
-        "created": created,
-        "owned_by": "vllm",
-        "root": model,
-        "parent": None,
-        "max_model_len": max_model_len,
-        "permission": [permission],
-    }
-    return {"object": "list", "data": [card]}
+    cards = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [permission],
+        }
+        for name in (model, *aliases)
+    ]
+    return {"object": "list", "data": cards}
 
 
 def version_body() -> dict[str, str]:

@@ -21,6 +21,7 @@ from router.emulator.faults import FaultState, check_fault_values
 from router.emulator.metrics import ReplicaMetrics
 from router.emulator.openai_request import ApiError, CompletionRequest
 from router.emulator.tokens import default_output_tokens
+from router.errors import ControlError
 from router.perf.model import kv_bytes_per_token, weight_bytes
 from router.perf.profiles import ProfileCatalog
 from router.sim.replica_model import deployment_for, engine_for
@@ -58,6 +59,12 @@ class EmulatedReplica:
         self.deployment = deployment_for(config, catalog)
         self.engine = engine_for(config, catalog)
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
+        self.model = config.model
+        """The served model name now: the fleet file's, until a version switch (``restart``)."""
+        self.aliases: tuple[str, ...] = ()
+        """More names it serves the model under (vLLM's ``--served-model-name m m-v2``)."""
+        self.loading: str | None = None
+        """The version a restart is loading (the port refuses meanwhile); None when serving."""
         self.metrics = ReplicaMetrics(
             config.model, self.engine, self.max_model_len, self.deployment
         )
@@ -71,6 +78,7 @@ class EmulatedReplica:
         self.answering.set()
         self._lengths = random.Random(f"{seed}:{config.id}:lengths")
         self._failures = random.Random(f"{seed}:{config.id}:failures")
+        self._next_aliases: tuple[str, ...] = ()
         self._runner: web.AppRunner | None = None
         self._site: web.SockSite | None = None
 
@@ -87,7 +95,7 @@ class EmulatedReplica:
 
     def plan(self, req: CompletionRequest) -> Job:
         """The request's lengths; ApiError when this replica cannot serve it."""
-        if req.model is not None and req.model != self.config.model:
+        if req.model is not None and req.model != self.model and req.model not in self.aliases:
             message = f"The model `{req.model}` does not exist."
             raise ApiError(404, message, param="model")
         if req.refusal is not None:
@@ -203,12 +211,53 @@ class EmulatedReplica:
         self._failures = random.Random(f"{chosen}:{self.id}:failures")
 
     async def heal(self) -> None:
-        """Undo every fault; a killed or refusing replica listens again on its port."""
+        """Undo every fault; a killed or refusing replica listens again on its port (unless
+        a restart is loading its model: it listens when the load is done)."""
         self.faults = FaultState()
         self.answering.set()
         self.driver.thaw()
         self.driver.set_slowdown(1.0)
-        if self._site is None and self._runner is not None:
+        if self._site is None and self._runner is not None and self.loading is None:
+            await self._listen()
+
+    async def restart(self, version: str, load_s: float, aliases: tuple[str, ...] = ()) -> None:
+        """Restart the engine onto ``version`` (router/emulator/versions.py): ``go_down``,
+        then ``come_up`` after ``load_s`` emulated seconds."""
+        await self.go_down(version, aliases)
+        await self.come_up(load_s)
+
+    async def go_down(self, version: str, aliases: tuple[str, ...] = ()) -> None:
+        """The restart's first half: the port closes and every open connection drops now
+        (what is in flight is lost, as in a real restart); ``loading`` names ``version``.
+        ControlError while a restart is already loading."""
+        if self.loading is not None:
+            raise ControlError(f"{self.id} is already restarting onto {self.loading}")
+        self.loading = version
+        self._next_aliases = aliases
+        await self.kill()
+
+    async def come_up(self, load_s: float) -> None:
+        """The second half: after ``load_s`` emulated seconds the replica listens again,
+        serving the version ``go_down`` named, with fresh metrics. Faults of the process
+        (kill, refuse, hang, freeze) ended with it; ``slow`` and ``fail``, which stand for
+        the card and the version, stay."""
+        version = self.loading
+        if version is None:
+            raise ControlError(f"{self.id} is not restarting")
+        try:
+            await asyncio.sleep(load_s / self.driver.time_scale)
+        except asyncio.CancelledError:
+            self.loading = None  # the fleet is stopping: it stays down
+            raise
+        self.model, self.aliases = version, self._next_aliases
+        self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
+        self.driver.observe(self.metrics)
+        slow, fail = self.faults.slow_factor, self.faults.fail_fraction
+        self.faults = FaultState(slow_factor=slow, fail_fraction=fail)
+        self.answering.set()
+        self.driver.thaw()
+        self.loading = None
+        if self._runner is not None:
             await self._listen()
 
     async def _listen(self) -> None:

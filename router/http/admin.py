@@ -19,6 +19,13 @@
   header on a stream, ``run`` in ``/admin/state`` too), and ``?run=RUN`` says which run
   ``since`` counts in: a router in another run (it restarted) answers its whole trail.
 - ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
+- ``GET /admin/rollout``: the current (or last) model rollout's state and progress,
+  ``{"rollout": ...}`` (null before the first). ``POST /admin/rollout``:
+  ``{"action": "start", "version": "org/model-v2", "settings": {...}}`` starts one (settings:
+  the keys of the fleet file's ``rollout:``, over it; ``order`` may also be a list of
+  replica ids), ``{"action": "pause" | "resume" | "abort" | "rollback"}`` steers it; answers
+  its state: 200, 409 refused (one already going, a floor that cannot be kept, a step out of
+  turn), 400 when it cannot be read (a bad setting names its key). docs/rollouts.md.
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
 case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
@@ -50,7 +57,7 @@ import orjson
 from router.config.schema import FleetConfig
 from router.control import Applied, Command, ControlSurface, Event, parse_command
 from router.core import RouterCore
-from router.errors import ConfigError, ControlError, Problem
+from router.errors import ConfigError, ControlError, Problem, RolloutError
 from router.http.asgi import (
     ClientGoneError,
     CountedSend,
@@ -69,6 +76,8 @@ from router.http.health import HealthMonitor
 from router.http.metrics import RouterMetrics
 from router.http.responses import OTHER_ADMIN_ROUTE
 from router.in_flight import in_flight
+from router.rollout.manager import ACTIONS, RolloutManager
+from router.rollout.templates import VERSION_NAME
 from router.telemetry.status import TelemetryStatus
 
 __all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape", "token_refusal"]
@@ -77,7 +86,14 @@ MAX_COMMAND_BYTES = 65536
 RUN_HEADER = b"x-gpurouter-run"
 """Names the run an event stream's numbers count in (the control surface's ``run``)."""
 ROUTES = frozenset(
-    ("/admin/state", "/admin/fleet", "/admin/commands", "/admin/events", "/admin/decisions")
+    (
+        "/admin/state",
+        "/admin/fleet",
+        "/admin/commands",
+        "/admin/events",
+        "/admin/decisions",
+        "/admin/rollout",
+    )
 )
 
 
@@ -94,18 +110,21 @@ class AdminApi:
         served_models: Callable[[], dict[str, Any]] | None = None,
         metrics: RouterMetrics | None = None,
         private: bool = False,
+        rollouts: RolloutManager | None = None,
     ) -> None:
         """``token``: the bearer token; when None, the one ``server.admin_token_env`` names, if
         it names one (ConfigError when that variable is not set). ``metrics``: where answers
         are counted; by default the metrics registered on ``core``, if any. ``private``: no
         token at all, for a worker's own admin API on a socket only its service can open
-        (router/workers/worker.py): the service's admin API checked the caller's."""
+        (router/workers/worker.py): the service's admin API checked the caller's.
+        ``rollouts``: where ``/admin/rollout`` goes; without one it answers 404."""
         self.core = core
         self.control = control
         self.health = health
         self.telemetry = telemetry
         self.engine_metrics = engine_metrics
         self.served_models = served_models
+        self.rollouts = rollouts
         self.apply: Callable[[Command, str], Awaitable[Applied]] = self._apply_here
         """How a command given here is applied: on this router (the default), or published
         as the cluster's desired state where a control link runs (``gpurouter serve``)."""
@@ -156,6 +175,10 @@ class AdminApi:
                     await self._command(receive, send, headers)
                 case ("GET", "/admin/events"):
                     await self._events(receive, send, query)
+                case ("GET", "/admin/rollout"):
+                    await send_json(send, 200, {"rollout": self._rollouts().status()})
+                case ("POST", "/admin/rollout"):
+                    await self._rollout(receive, send, headers)
                 case ("GET", "/admin/decisions"):
                     limit = _int(query, "limit", self.core.settings.decision_log_size)
                     decisions = list(self.core.decisions)[-limit:] if limit > 0 else []
@@ -226,6 +249,45 @@ class AdminApi:
             answer["applied_by"] = dict(applied.routers)
         await send_json(send, 200 if event.ok else 409, answer)
 
+    def _rollouts(self) -> RolloutManager:
+        if self.rollouts is None:
+            raise HttpError(404, "this router runs no rollouts", code="not_found")
+        return self.rollouts
+
+    async def _rollout(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        manager = self._rollouts()
+        data = await self._json_body(receive, headers)
+        action, actor = data.get("action"), headers.get("x-actor") or "admin"
+        try:
+            if action == "start":
+                version, settings = _rollout_start(data)
+                manager.start(version, settings, actor)
+            elif action in ACTIONS:
+                if set(data) - {"action"}:
+                    raise bad_request(f"`{action}` takes no other key than `action`")
+                await manager.act(str(action), actor)
+            else:
+                raise bad_request(f"`action` must be one of {', '.join(ACTIONS)}", "action")
+        except ConfigError as exc:
+            raise bad_request("; ".join(f"{p.key}: {p.message}" for p in exc.problems)) from None
+        except RolloutError as exc:
+            note_reason(send, "command_refused")
+            raise HttpError(409, str(exc), code="rollout_refused") from None
+        await send_json(send, 200, {"rollout": manager.status()})
+
+    async def _json_body(self, receive: Receive, headers: dict[str, str]) -> dict[str, Any]:
+        media = unsupported_media(headers)
+        if media is not None:
+            raise media
+        body = await read_body(receive, headers, MAX_COMMAND_BYTES)
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"the body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise bad_request("the body must be a JSON object")
+        return data
+
     async def _apply_here(self, command: Command, actor: str) -> Applied:
         return Applied(self.control.apply(command, actor=actor))
 
@@ -283,6 +345,19 @@ def token_refusal(token: bytes | None, headers: dict[str, str]) -> HttpError | N
     if scheme.lower() != "bearer" or not right:
         return HttpError(403, "the bearer token is wrong", "permission_error", code="forbidden")
     return None
+
+
+def _rollout_start(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The version and settings of a ``start``; HttpError 400 when they cannot be read."""
+    unknown = sorted(set(data) - {"action", "version", "settings"})
+    if unknown:
+        raise bad_request(f"unexpected key `{unknown[0]}`; a start takes `version`, `settings`")
+    version, settings = data.get("version"), data.get("settings", {})
+    if not isinstance(version, str) or not VERSION_NAME.match(version):
+        raise bad_request("`version` must be a model name such as org/model-v2", "version")
+    if not isinstance(settings, dict):
+        raise bad_request("`settings` must be a JSON object", "settings")
+    return version, settings
 
 
 def admin_token(fleet: FleetConfig, environ: Mapping[str, str] = os.environ) -> str | None:

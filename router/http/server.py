@@ -42,6 +42,7 @@ from router.http.proxy import Proxy
 from router.http.responses import ADMIN_CONNECTION_ROUTE, CONNECTION_ROUTE
 from router.http.served_models import ServedModels
 from router.http.upstream import Upstream
+from router.rollout.manager import RolloutManager
 from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
 
@@ -108,6 +109,8 @@ class RouterServer:
             self.router, self.upstream, self.health, self.metrics, models=self.served_models
         )
         self.front = FrontDoor(self.proxy, self.core, self.metrics)
+        self.rollouts = RolloutManager(self.core, self.control, learn=self.served_models.learn)
+        """Model rollouts (router/rollout/), steered through the admin API."""
         self.admin = AdminApi(
             self.core,
             self.control,
@@ -117,6 +120,7 @@ class RouterServer:
             engine_metrics=self.engine_metrics.status,
             served_models=self.served_models.status,
             private=admin_socket is not None,
+            rollouts=self.rollouts,
         )
         self.admin_app: Callable[[Scope, Receive, Send], Awaitable[None]] = self.admin
         """What the admin listener serves: the admin API, or a worker's private API around
@@ -208,6 +212,7 @@ class RouterServer:
             await asyncio.wait(pending, timeout=_HANDLER_WAIT_S)
         self._servers.clear()
         self._tasks.clear()
+        await self.rollouts.close()
         await self.engine_metrics.stop()
         await self.served_models.stop()
         await self.health.stop()

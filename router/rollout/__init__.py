@@ -1,0 +1,14 @@
+"""Model rollouts: moving every replica of a fleet to a new version without losing a request.
+
+- ``templates``: the placeholders of update commands and requests, filled per replica.
+- ``updaters``: how one replica is updated (a command, an HTTP request), with its outcome.
+- ``plan``: rolling waves that keep the fleet's learned capacity above an operator's floor.
+- ``executor``: the state machine that runs a plan on a live router, step by step, into the
+  audit trail.
+
+docs/rollouts.md describes what exists and what does not yet. The package's modules are
+imported by name (``router.rollout.plan``); this one imports nothing, so the configuration
+loader can use the templates without pulling in the router core.
+"""
+
+__all__: list[str] = []
