@@ -16,6 +16,8 @@ The same routes, token and browser guard as one router's admin API (router/http/
   replica completed, failed, retries and rates; ``running`` lists every worker's requests),
   and ``workers``: each one's pid, restarts and whether it answered. ``?worker=K`` answers
   that worker's own state alone.
+- ``/admin/rollout`` answers 404 saying to serve with ``--workers 1``: a rollout's drains are
+  not shared between workers yet.
 - ``GET /admin/events``, ``/admin/decisions``, ``/admin/fleet`` are the first answering
   worker's (every worker applies every command, so their trails hold the same commands; a
   restarted worker's trail starts again, in a new ``run``). ``?follow=1`` streams.
@@ -40,6 +42,10 @@ __all__ = ["ServiceAdmin", "merge_states"]
 
 _FORWARDED = ("content-type", "x-actor")
 _PROXIED = frozenset(("/admin/events", "/admin/decisions", "/admin/fleet"))
+_NO_ROLLOUTS = (
+    "rollouts run in a single router process for now: serve the fleet with --workers 1 to "
+    "roll it (docs/rollouts.md)"
+)
 _NO_WORKER = HttpError(503, "no worker answered", "server_error", code="no_worker")
 _SUMMED = ("arrivals_rps", "throughput_rps", "output_tokens_per_s", "in_flight")
 _SUMMED_PER_REPLICA = (
@@ -78,6 +84,10 @@ class ServiceAdmin:
                     await self._command(receive, send, headers)
                 case ("GET", path) if path in _PROXIED:
                     await self._proxy(send, target)
+                case (_, "/admin/rollout"):
+                    # A rollout's drains would hold in the worker running it alone, and the
+                    # others would keep sending to a replica being restarted.
+                    raise HttpError(404, _NO_ROLLOUTS, code="not_found")
                 case _:
                     raise HttpError(404, f"no route {scope['path']}", code="not_found")
         except HttpError as exc:
