@@ -290,7 +290,8 @@ class UpstreamProtocol(asyncio.Protocol):
             self._answer_pending()
 
 
-async def serve_upstream(replicas: int) -> None:
+async def start_upstream(replicas: int) -> tuple[Pacer, list[asyncio.Server], list[int]]:
+    """The upstream's listeners on ``replicas`` loopback ports, one pacer for them all."""
     import bench_http_stack as stack
 
     loop = asyncio.get_running_loop()
@@ -301,7 +302,14 @@ async def serve_upstream(replicas: int) -> None:
         await loop.create_server(lambda: UpstreamProtocol(pacer), sock=s, backlog=2048)
         for s in sockets
     ]
-    sys.stdout.write("PORTS " + " ".join(str(s.getsockname()[1]) for s in sockets) + "\n")
+    return pacer, servers, [int(s.getsockname()[1]) for s in sockets]
+
+
+async def serve_upstream(replicas: int) -> None:
+    import bench_http_stack as stack
+
+    _, servers, ports = await start_upstream(replicas)
+    sys.stdout.write("PORTS " + " ".join(map(str, ports)) + "\n")
     sys.stdout.flush()
     await stack._wait_for_termination()
     for server in servers:
