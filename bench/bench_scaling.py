@@ -206,8 +206,11 @@ def orchestrate(args: argparse.Namespace) -> int:
         "environment": env,
         "results": rows,
     }
+    text = json.dumps(stack._nan_to_none(report), indent=2)
+    if args.save:
+        Path(args.save).write_text(text + "\n")
     if args.json:
-        print(json.dumps(stack._nan_to_none(report), indent=2))
+        print(text)
     else:
         pinned = (
             f"; client on CPUs {report['client_cpus']}, router on {report['router_cpus']}"
@@ -229,6 +232,7 @@ def orchestrate(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--save", metavar="PATH", help="also write the JSON report to PATH")
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int, default=0, help="override the number of rounds")
     parser.add_argument(

@@ -782,6 +782,9 @@ def gpus_fronted(cpu_s_per_million: float) -> dict[str, Any]:
         sat = saturation(Deployment(catalog.gpu(gpu), catalog.model(GPU_MODEL)), CONVERSATION)
         out["gpus"][gpu] = {
             "gpu_output_tokens_per_s": sat.output_tokens_per_s,
+            # The pace of each stream on that GPU: measure at --gap-ms of this for its figure.
+            "decode_step_ms": sat.step_seconds * 1000,
+            "batch": sat.batch,
             "gpus_per_worker": per_worker / sat.output_tokens_per_s,
         }
     return out
@@ -824,14 +827,27 @@ def format_gpus(g: dict[str, Any], concurrency: int, cpu: float) -> str:
         f"{g['mix']['prompt_tokens']:g} prompt + {g['mix']['output_tokens']:g} output tokens, "
         "router.perf.saturation):",
         "",
-        "| GPU | its output tokens/s at saturation | GPUs one worker fronts |",
-        "|---|--:|--:|",
+        "| GPU | its output tokens/s at saturation | its step (batch) | GPUs one worker fronts |",
+        "|---|--:|--:|--:|",
     ]
     for gpu, v in g["gpus"].items():
         lines.append(
-            f"| {gpu} | {v['gpu_output_tokens_per_s']:,.0f} | {v['gpus_per_worker']:.1f} |"
+            f"| {gpu} | {v['gpu_output_tokens_per_s']:,.0f} "
+            f"| {v['decode_step_ms']:.0f} ms ({v['batch']}) | {v['gpus_per_worker']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def most_relayed(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each router's most tokens/s in a paced cell, and the cores it used there."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["mode"] != PACED or r["router"] == DIRECT:
+            continue
+        best = out.get(r["router"])
+        if best is None or r["tokens_per_s"] > best["tokens_per_s"]:
+            out[r["router"]] = {k: r[k] for k in ("concurrency", "tokens_per_s", "cores")}
+    return out
 
 
 def aims(rows: list[dict[str, Any]]) -> list[str]:
@@ -911,10 +927,14 @@ def orchestrate(args: argparse.Namespace) -> int:
         "skipped": skipped,
         "results": rows,
         "gpus_one_worker_fronts": gpus,
+        "most_relayed_paced": most_relayed(rows),
         "aims": aims(rows),
     }
+    text = json.dumps(stack._nan_to_none(report), indent=2)
+    if args.save:
+        Path(args.save).write_text(text + "\n")
     if args.json:
-        print(json.dumps(stack._nan_to_none(report), indent=2))
+        print(text)
     else:
         print(
             f"token relay: {settings.rounds} round(s), paced {settings.warmup} s warm-up + "
@@ -929,6 +949,11 @@ def orchestrate(args: argparse.Namespace) -> int:
             print()
             print(format_gpus(gpus, top, w1["cpu_s_per_million_tokens"]))
         print()
+        for name, best in report["most_relayed_paced"].items():
+            print(
+                f"most relayed, paced: {name} {best['tokens_per_s']:,.0f} tokens/s "
+                f"({best['concurrency']} streams, {best['cores']:.2f} cores)"
+            )
         print("\n".join(report["aims"]))
         for name, why in skipped.items():
             print(f"skipped {name}: {why}")
@@ -940,6 +965,7 @@ def orchestrate(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--save", metavar="PATH", help="also write the JSON report to PATH")
     parser.add_argument("--quick", action="store_true", help="one short round")
     parser.add_argument("--rounds", type=int, default=0, help="override the number of rounds")
     parser.add_argument(
