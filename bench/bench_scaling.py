@@ -41,8 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import bench_http_stack as stack
-from bench_token_relay import Started, log, rotated
-from routers_under_test import fleet_yaml, front_door_port, gpurouter_serve_argv, start_process
+from routers_under_test import (
+    Started,
+    fleet_yaml,
+    front_door_port,
+    gpurouter_serve_argv,
+    start_process,
+)
 
 CONCURRENCIES = (32, 256)
 DIRECT = "direct"
@@ -94,15 +99,15 @@ def measure_all(
     grid = [(c, s) for c in CONCURRENCIES for s in (False, True)]
     k = 0
     for r in range(settings.rounds):
-        log(f"round {r + 1}/{settings.rounds}: load average {os.getloadavg()[0]:.2f}")
+        stack.log(f"round {r + 1}/{settings.rounds}: load average {os.getloadavg()[0]:.2f}")
         for concurrency, stream in grid:
             samples: dict[str, stack.Sample] = {}
-            for name in rotated(list(targets), k):
+            for name in stack.rotated(list(targets), k):
                 samples[name] = sample = load.measure(
                     targets[name], stream, concurrency, settings.warmup, settings.duration,
                     settings.cap,
                 )  # fmt: skip
-                log(
+                stack.log(
                     f"  c={concurrency:<3} stream={stream!s:<5} {name:<14} {sample.rps:8,.0f} "
                     f"req/s  p50 {sample.p50_ms:7.2f} ms  CPU {sample.cpu_us_per_request:5.0f} "
                     "us/req" + (f"  ERRORS {sample.errors}" if sample.errors else "")
@@ -225,7 +230,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         )
         print(format_table(rows, list(targets)))
     if errors:
-        log(f"WARNING: {errors} replies were wrong (status or length)")
+        stack.log(f"WARNING: {errors} replies were wrong (status or length)")
     return 1 if errors else 0
 
 

@@ -50,7 +50,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +59,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import bench_http_stack as stack
+import bench_proxy
 import orjson
+from routers_under_test import (
+    Started,
+    fleet_yaml,
+    front_door_port,
+    gpurouter_serve_argv,
+    rust_environment,
+    rust_router_argv,
+    start_process,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -292,8 +302,6 @@ class UpstreamProtocol(asyncio.Protocol):
 
 async def start_upstream(replicas: int) -> tuple[Pacer, list[asyncio.Server], list[int]]:
     """The upstream's listeners on ``replicas`` loopback ports, one pacer for them all."""
-    import bench_http_stack as stack
-
     loop = asyncio.get_running_loop()
     pacer = Pacer()
     pacer.set_gap(pacer.gap_s)
@@ -306,8 +314,6 @@ async def start_upstream(replicas: int) -> tuple[Pacer, list[asyncio.Server], li
 
 
 async def serve_upstream(replicas: int) -> None:
-    import bench_http_stack as stack
-
     _, servers, ports = await start_upstream(replicas)
     sys.stdout.write("PORTS " + " ".join(map(str, ports)) + "\n")
     sys.stdout.flush()
@@ -417,8 +423,6 @@ async def measure(
 ) -> Sample:
     """``concurrency`` closed-loop streams for ``warmup + duration`` seconds; what arrived in
     the last ``duration`` seconds and what the router (``pid``'s tree) spent meanwhile."""
-    import bench_http_stack as stack
-
     loop = asyncio.get_running_loop()
     counter = Counter()
     connections: list[StreamConnection] = []
@@ -514,39 +518,9 @@ class Cell:
     samples: list[Sample] = field(default_factory=list)
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def rotated(items: Sequence[str], by: int) -> list[str]:
-    by %= len(items)
-    return [*items[by:], *items[:by]]
-
-
-def spawn_self(*args: str, stdin: bool = False) -> Any:
-    """A child running this file in another role (bench_http_stack's Child, so stop() and
-    log_tail() are shared)."""
-    import bench_http_stack as stack
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(HERE), str(ROOT), env.get("PYTHONPATH")) if p
-    )
-    log_file = tempfile.TemporaryFile()  # noqa: SIM115  # the Child closes it in stop()
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), *args],
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log_file,
-        env=env,
-        start_new_session=True,
-    )
-    return stack.Child(args[1] if len(args) > 1 else "child", proc, log_file)
-
-
 class LoadGenerator:
     def __init__(self) -> None:
-        self._child = spawn_self("--role", "loadgen", stdin=True)
+        self._child = stack.spawn("loadgen", "--role", "loadgen", stdin=True, script=__file__)
 
     def measure(
         self, target: Target, concurrency: int, tokens: int, warmup: float, duration: float
@@ -604,41 +578,9 @@ def set_pace(port: int, gap_ms: float) -> None:
         r.read()
 
 
-@dataclass
-class Started:
-    """A router this run started: stop() ends its whole session."""
-
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-600:]
-
-
 def start_routers(
     upstream_ports: Sequence[int], workdir: Path, workers: Sequence[int], skipped: dict[str, str]
 ) -> list[Target]:
-    import bench_http_stack as stack
-    import bench_proxy
-    from routers_under_test import (
-        fleet_yaml,
-        front_door_port,
-        gpurouter_serve_argv,
-        rust_environment,
-        rust_router_argv,
-        start_process,
-    )
-
     urls = [f"http://127.0.0.1:{p}" for p in upstream_ports]
     targets: list[Target] = []
     fleet = workdir / "fleet.yaml"
@@ -655,14 +597,14 @@ def start_routers(
         except (OSError, RuntimeError) as exc:
             started.stop()
             skipped[name] = f"did not start: {exc}: {started.tail()}"
-            log(f"skipping {name}: {skipped[name]}")
+            stack.log(f"skipping {name}: {skipped[name]}")
             return
         targets.append(Target(name, p, proc.pid, started))
 
     for n in workers:
         launch(f"gpurouter w{n}", gpurouter_serve_argv(fleet, n),
                lambda s: front_door_port(s.log_path, s.proc))  # fmt: skip
-    rust = rust_environment(log)
+    rust = rust_environment(stack.log)
     for kind in RUST:
         if rust is None:
             skipped[kind] = "the reference routers' environment could not be built"
@@ -676,7 +618,7 @@ def start_routers(
     else:
         nginx_dir = workdir / "nginx"
         nginx_dir.mkdir()
-        os.chmod(workdir, 0o755)
+        os.chmod(workdir, 0o755)  # nginx's worker may run as another user: it reads here
         os.chmod(nginx_dir, 0o755)
         child = bench_proxy.spawn_nginx(binary, upstream_ports, str(nginx_dir))
         try:
@@ -703,7 +645,7 @@ def run_rounds(
     grid = [(PACED, c) for c in settings.concurrencies] + [(UNPACED, args.max_concurrency)]
     k = 0
     for r in range(settings.rounds):
-        log(f"round {r + 1}/{settings.rounds}: load average {os.getloadavg()[0]:.2f}")
+        stack.log(f"round {r + 1}/{settings.rounds}: load average {os.getloadavg()[0]:.2f}")
         for mode, concurrency in grid:
             set_pace(upstream_port, args.gap_ms if mode == PACED else 0)
             warmup, duration = (
@@ -711,10 +653,10 @@ def run_rounds(
                 if mode == PACED
                 else (settings.unpaced_warmup, settings.unpaced_duration)
             )
-            for name in rotated(list(by_name), k):
+            for name in stack.rotated(list(by_name), k):
                 sample = load.measure(by_name[name], concurrency, args.tokens, warmup, duration)
                 cells.setdefault((name, mode, concurrency), Cell()).samples.append(sample)
-                log(
+                stack.log(
                     f"  {mode:<7} c={concurrency:<4} {name:<14} {sample.tokens_per_s:9,.0f} tok/s"
                     f"  CPU {sample.cpu_s_per_million:6.1f} s/M tokens"
                     f"  {sample.cores:4.2f} cores"
@@ -868,8 +810,6 @@ def aims(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def orchestrate(args: argparse.Namespace) -> int:
-    import bench_http_stack as stack
-
     settings = QUICK if args.quick else FULL
     if args.rounds:
         settings = Settings(**{**asdict(settings), "rounds": args.rounds})
@@ -883,7 +823,9 @@ def orchestrate(args: argparse.Namespace) -> int:
     targets: list[Target] = []
     load: LoadGenerator | None = None
     try:
-        upstream = spawn_self("--role", "upstream", "--replicas", str(args.replicas))
+        upstream = stack.spawn(
+            "upstream", "--role", "upstream", "--replicas", str(args.replicas), script=__file__
+        )
         assert upstream.proc.stdout is not None
         line = upstream.proc.stdout.readline().decode()
         if not line.startswith("PORTS "):
@@ -958,7 +900,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         for name, why in skipped.items():
             print(f"skipped {name}: {why}")
     if errors:
-        log(f"WARNING: {errors} replies were wrong (status or length) or cut")
+        stack.log(f"WARNING: {errors} replies were wrong (status or length) or cut")
     return 1 if errors else 0
 
 

@@ -12,11 +12,14 @@ environment, the flags and the readiness rules are written once.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -143,3 +146,24 @@ def front_door_port(log_path: Path, proc: subprocess.Popen[bytes], timeout: floa
             raise RuntimeError(f"gpurouter serve exited with {proc.returncode}: {text[-500:]}")
         time.sleep(0.1)
     raise RuntimeError(f"gpurouter serve did not say where its front door is in {timeout:.0f} s")
+
+
+@dataclass
+class Started:
+    """A router this run started: stop() ends its whole session."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-600:]
