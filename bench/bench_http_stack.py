@@ -656,13 +656,14 @@ class Child:
         return self.log.read().decode(errors="replace")[-2000:]
 
 
-def spawn(name: str, *args: str, stdin: bool = False) -> Child:
+def spawn(name: str, *args: str, stdin: bool = False, script: str = __file__) -> Child:
+    """``script`` (this file unless another bench's) in the role ``args`` give it."""
     env = dict(os.environ)
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     log = tempfile.TemporaryFile()  # noqa: SIM115  # the Child closes it in stop()
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), *args],
+        [sys.executable, os.path.abspath(script), *args],
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=log,

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -169,7 +170,7 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     upstream zero {{
-        server 127.0.0.1:{upstream};
+{servers}
         keepalive 512;
         keepalive_requests 10000000;
     }}
@@ -192,12 +193,15 @@ def find_nginx() -> str | None:
     )
 
 
-def spawn_nginx(binary: str, upstream_port: int, workdir: str) -> stack.Child:
+def spawn_nginx(binary: str, upstream_ports: int | Sequence[int], workdir: str) -> stack.Child:
+    """nginx, one worker, in front of one upstream port or several (round-robin)."""
     port = stack._free_port()
     user = "user root;" if os.geteuid() == 0 else ""
+    ports = [upstream_ports] if isinstance(upstream_ports, int) else list(upstream_ports)
+    servers = "\n".join(f"        server 127.0.0.1:{p};" for p in ports)
     conf = os.path.join(workdir, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(user=user, dir=workdir, upstream=upstream_port, port=port))
+        f.write(NGINX_CONF.format(user=user, dir=workdir, servers=servers, port=port))
     log = tempfile.TemporaryFile()  # noqa: SIM115  # the Child closes it in stop()
     proc = subprocess.Popen(
         [binary, "-p", workdir, "-c", conf, "-e", os.path.join(workdir, "error.log")],

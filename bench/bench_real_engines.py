@@ -57,11 +57,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from routers_under_test import rust_environment, rust_router_argv  # noqa: E402
+
 from router.lab import Lab, engine_kind, lab_home  # noqa: E402
 
 INPUT_LEN = OUTPUT_LEN = 128
 ORACLE = "gpurouter oracle"
-RUST_PACKAGES = ("vllm-router", "sglang-router")
 
 
 # ---- processes ----------------------------------------------------------------------------
@@ -145,19 +146,6 @@ ROUTERS = (
 )
 
 
-def rust_environment(say: Any) -> Path | None:
-    """The separate environment with the Rust routers' wheels (built once)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    root = base / "gpurouter" / "bench" / "rust-routers"
-    if not (root / "bin" / "vllm-router").exists():
-        say(f"building the reference routers' environment ({', '.join(RUST_PACKAGES)})")
-        done = subprocess.run([sys.executable, "-m", "venv", str(root)], check=False)
-        pip = [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", *RUST_PACKAGES]
-        if done.returncode or subprocess.run(pip, check=False).returncode:
-            return None
-    return root
-
-
 def fleet_variant(fleet: Path, spec: RouterSpec, weights: Mapping[str, float], out: Path) -> Path:
     """The lab's fleet file with this spec's strategy (and the oracle's weights)."""
     text = fleet.read_text()
@@ -189,12 +177,7 @@ def start_router(
         return spawn(spec.name, argv, url, "/ready", workdir)
     if rust is None:
         raise RuntimeError("the reference routers' environment could not be built")
-    if spec.kind == "vllm-router":
-        argv = [str(rust / "bin" / "vllm-router"), "--policy", spec.policy]
-    else:
-        argv = [str(rust / "bin" / "python"), "-m", "sglang_router.launch_router"]
-        argv += ["--policy", spec.policy]
-    argv += ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    argv = rust_router_argv(spec.kind, spec.policy, rust, port, workers)
     return spawn(spec.name, argv, url, "/v1/models", workdir)
 
 
