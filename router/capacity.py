@@ -615,8 +615,9 @@ class FleetCapacity:
         work is what the replica is sent, so the speed must be too. A strategy that sorts by
         size sends a V100 the short requests, on which it does 13% more cost units a second
         than on the fleet's mix, and an A100 the long ones, on which it does 3% more: ranked
-        at the fleet's mix, at load 0.9 the A100s were asked for 0.93 of what they do on
-        their mix and the V100s for 0.80, and the A100s set the fleet's limit."""
+        at the fleet's mix, at load 0.9 the A100s were asked for 0.92-0.94 of what they do on
+        their own requests and the V100s for 0.79-0.81, and the A100s set the fleet's limit
+        (bench/bench_sorted_capacity.py)."""
         target = self._kind_ratio(i)
         self._own_ratio[i] += k * (target - self._own_ratio[i])
         return self._own_ratio[i]
