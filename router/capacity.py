@@ -462,8 +462,6 @@ class FleetCapacity:
         """``_fleet_cost`` through the estimates' low-pass filter: what ``rps`` divides by."""
         self._smoothed: list[float | None] = [None] * len(self._replicas)
         self._smoothed_source: list[Source | None] = [None] * len(self._replicas)
-        self._own_ratio = [1.0] * len(self._replicas)
-        """Per replica, the rate on its own mix over the rate on the fleet's (``_own_mix``)."""
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
@@ -527,8 +525,7 @@ class FleetCapacity:
         self.unit_rate = _unit_rate(self._replicas, rates)
         changed = []
         for r, (rate, _) in zip(self._replicas, rates, strict=True):
-            own = self._own_mix(r.index, k)
-            speed = r.weight * self.unit_rate if r.weight_pinned else rate * own
+            speed = r.weight * self.unit_rate if r.weight_pinned else rate
             kv, source, _ = self._kv(r)
             limit = kv if source in (Source.ENGINE, Source.FLEET_FILE) else None
             moved = abs(speed - r.speed) > CHANGE * r.speed
@@ -606,37 +603,6 @@ class FleetCapacity:
         if measured is None or (self._deployments[i] is not None and not acc.fitted()):
             return None
         return acc.at_fleet_mix(measured)
-
-    def _own_mix(self, i: int, k: float) -> float:
-        """What replica ``i`` does per cost unit on the lengths it is sent, over what it does
-        on the fleet's mix (the model's ratio between the two), through the estimates' filter.
-
-        Strategies compare the work queued on a replica, in cost units, with its speed; the
-        work is what the replica is sent, so the speed must be too. A strategy that sorts by
-        size sends a V100 the short requests, on which it does 13% more cost units a second
-        than on the fleet's mix, and an A100 the long ones, on which it does 3% more: ranked
-        at the fleet's mix, at load 0.9 the A100s were asked for 0.92-0.94 of what they do on
-        their own requests and the V100s for 0.79-0.81, and the A100s set the fleet's limit
-        (bench/bench_sorted_capacity.py)."""
-        target = self._kind_ratio(i)
-        self._own_ratio[i] += k * (target - self._own_ratio[i])
-        return self._own_ratio[i]
-
-    def _kind_ratio(self, i: int) -> float:
-        """``_own_mix``'s ratio, averaged over the replicas of the same kind (card, model,
-        cache): with a ratio each, two twins sent slightly different lengths drifted into
-        different niches, each ranked on its own, and read 0.96 and 1.11 of their capacity."""
-        kind = self._deployments[i]
-        ratios = [
-            own.rate / fleet.rate
-            for d, acc in zip(self._deployments, self.per_replica, strict=True)
-            if d == kind
-            and (own := acc.own_prior) is not None
-            and own.rate is not None
-            and (fleet := acc.prior).rate is not None
-            and fleet.rate > 0
-        ]
-        return sum(ratios) / len(ratios) if ratios and kind is not None else 1.0
 
     def _prior_rate(self, i: int) -> float:
         return self.calibration * self._model_rate(i)

@@ -221,36 +221,3 @@ def test_requests_per_second_follow_a_new_sample_through_the_filter() -> None:
     moves = [abs(b - a) / a for a, b in itertools.pairwise(readings)]
     assert max(moves) < 0.02  # a step would be 13%
     assert readings[-1] < readings[2] * 0.9  # and it does follow
-
-
-def test_strategies_read_a_cards_speed_on_the_lengths_it_is_sent() -> None:
-    """A V100 sent only short requests does more cost units a second on them than on the
-    fleet's mix: the speed strategies compare its queued work with is that figure (through
-    the filter), while the estimate shown to operators stays at the fleet's mix."""
-    fleet = load_fleet(FLEETS / "mixed-a100-v100.yaml")
-    clock = ManualClock()
-    core = RouterCore(fleet, clock=clock, rng=random.Random(0))
-    v100, a100 = core.replica("v100-0"), core.replica("a100-0")
-    fc = core.capacity
-    rng = random.Random(1)
-    for _ in range(SAMPLE):
-        prompt, output = rng.randint(100, 3000), rng.randint(50, 600)
-        target = a100 if prompt > 1000 else v100
-        fc.completed(target, (prompt, output), 0.5 * prompt + output, 0.0, clock(), clock())
-    for _ in range(120):
-        clock.now += 1.0
-        core.refresh_capacity()
-    own, fleet_mix = fc.per_replica[v100.index].own_prior, fc.per_replica[v100.index].prior
-    assert own is not None
-    assert own.rate is not None
-    assert fleet_mix.rate is not None
-    ratio = own.rate / fleet_mix.rate
-    assert ratio > 1.05
-    shown = fc.estimate(v100, clock.now).rate
-    assert v100.speed == pytest.approx(shown * ratio, rel=0.01)
-    long_own, long_fleet = (fc.per_replica[a100.index].own_prior, fc.per_replica[a100.index].prior)
-    assert long_own is not None
-    assert long_own.rate is not None
-    assert long_fleet.rate is not None
-    a100_shown = fc.estimate(a100, clock.now).rate
-    assert a100.speed == pytest.approx(a100_shown * long_own.rate / long_fleet.rate, rel=0.01)
