@@ -108,9 +108,10 @@ def read_rollout_step(
         message = f"must be a model name such as org/model-v2, got {version!r}"
         problems.append((m.key_lines["version"], "version", message))
     settings = {k: _plain(v) for k, v in m.items() if k in ROLLOUT_KEYS and k != "version"}
+    names_emulator = _names_emulator(settings.get("updater"))
     emulator = _emulator(m, settings, emulated, problems)
     if fleet is not None:
-        _check_settings(m, settings, fleet, emulator is not None, problems)
+        _check_settings(m, settings, fleet, names_emulator, problems)
     if problems or not isinstance(version, str):
         return None, problems
     return RolloutStep(version, MappingProxyType(settings), emulator), problems
@@ -130,6 +131,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _names_emulator(updater: Any) -> bool:
+    return updater == "emulator" or (isinstance(updater, dict) and "emulator" in updater)
 
 
 def _emulator(
