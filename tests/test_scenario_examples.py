@@ -10,7 +10,10 @@ import pytest
 from router.scenario import load_scenario
 from tests.scenario_helpers import EXAMPLES, Run, run_cli
 
-SCENARIOS = sorted(EXAMPLES.glob("*.yaml"))
+LIVE_ONLY = frozenset({"rollout-mixed"})
+"""Examples with a rollout step, which the simulator does not run yet: --simulate refuses
+them (exit 2), and tests/test_scenario_rollout.py loads them and runs a rollout live."""
+SCENARIOS = sorted(p for p in EXAMPLES.glob("*.yaml") if p.stem not in LIVE_ONLY)
 
 
 @functools.cache

@@ -10,7 +10,11 @@ Three families, by what they read:
   *arrived* in the window, optionally of one priority or (for counts) ended on one replica;
   ``throughput_rps`` and ``throughput_fraction`` count completions that *ended* in it, and
   ``dispatched`` the attempts started in it;
-- ``state``: a replica's state at one instant.
+- ``state``: a replica's state at one instant;
+- **rollout** metrics read what the scenario's rollout step did, at the end of the run:
+  ``rollout_phase`` (``equals: done``), ``rollout_capacity_lowest`` (the lowest share of the
+  fleet's capacity in service, from the rollout's own status) and ``rollout_behind`` (replicas
+  not on the new version by the rollout's account or their own ``/v1/models``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "LATENCIES",
     "METRICS",
     "PER_SECOND",
+    "ROLLOUT",
     "CheckResult",
     "Measured",
     "evaluate",
@@ -38,7 +43,8 @@ PER_SECOND = ("imbalance_factor", "queue_depth", "in_flight", "utilization")
 LATENCIES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
 COUNTS = ("offered", "completed", "failed", "rejected", "expired", "unfinished", "lost")
 RATES = ("throughput_rps", "throughput_fraction", "dispatched")
-METRICS = (*PER_SECOND, *LATENCIES, *COUNTS, *RATES, "state")
+ROLLOUT = ("rollout_phase", "rollout_capacity_lowest", "rollout_behind")
+METRICS = (*PER_SECOND, *LATENCIES, *COUNTS, *RATES, "state", *ROLLOUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +111,26 @@ def evaluate(check: Check, m: Measured) -> CheckResult:
         assert check.at_s is not None
         state = m.recorder.state_at(check.replica, check.at_s)
         return CheckResult(check.name, state == check.equals, state, expected, check.line)
+    if check.metric in ROLLOUT:
+        return _rollout(check, m, expected)
     value = _measure(check, m)
     ok = value is not None and _within(check, value)
     return CheckResult(check.name, ok, value, expected, check.line)
+
+
+def _rollout(check: Check, m: Measured, expected: str) -> CheckResult:
+    outcome = m.recorder.rollout
+    if outcome is None:  # the step never ran (the simulator, or an interrupted run)
+        return CheckResult(check.name, False, None, expected, check.line)
+    if check.metric == "rollout_phase":
+        ok = outcome.phase == check.equals
+        return CheckResult(check.name, ok, outcome.phase, expected, check.line)
+    value = (
+        outcome.capacity_lowest
+        if check.metric == "rollout_capacity_lowest"
+        else float(len(outcome.behind))
+    )
+    return CheckResult(check.name, _within(check, value), value, expected, check.line)
 
 
 def _within(check: Check, value: float) -> bool:

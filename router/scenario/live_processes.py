@@ -138,6 +138,11 @@ class EmulatorProcess:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10.0))
         return self.urls
 
+    @property
+    def control_url(self) -> str:
+        """The emulator's control API (faults, version switches)."""
+        return self._control
+
     def measure(self) -> None:
         """Start the engines' clock count now."""
         assert self._child is not None

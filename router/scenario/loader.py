@@ -24,7 +24,9 @@ from router.control import Command, SetStrategy, parse_command
 from router.errors import ConfigError, ControlError, Problem
 from router.replica import ReplicaState
 from router.request import Priority
-from router.scenario.checks import COUNTS, LATENCIES, METRICS, PER_SECOND, expected_text
+from router.rollout.executor import Phase as RolloutPhase
+from router.scenario.checks import COUNTS, LATENCIES, METRICS, PER_SECOND, ROLLOUT, expected_text
+from router.scenario.rollout_step import read_rollout_step
 from router.scenario.schema import FAULTS, Action, Check, FleetRef, Lengths, Phase, Scenario
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
@@ -448,16 +450,22 @@ def _replica(
     return cast(str, value)
 
 
-def _action(r: _Reader, raw: Any, path: str, line: int, fleet: FleetConfig | None) -> Action | None:
+def _action(
+    r: _Reader, raw: Any, path: str, line: int, fleet: FleetConfig | None, emulated: bool
+) -> Action | None:
     m = r.mapping(raw, path, line)
     if m is None:
         return None
     at = r.number(m, path, "at", at_least=0)
     if "at" not in m:
         r.problem(m.line, _join(path, "at"), "missing required key 'at' (seconds from the start)")
-    if ("command" in m) == ("fault" in m):
-        r.problem(m.line, path, "give exactly one of command (a control command) or fault")
+    if sum(1 for kind in ("command", "fault", "rollout") if kind in m) != 1:
+        message = "give exactly one of command (a control command), fault or rollout"
+        r.problem(m.line, path, message)
         return None
+    if "rollout" in m:
+        r.keys(m, path, ("at", "rollout"))
+        return _rollout(r, m, path, at, fleet, emulated)
     if "fault" in m:
         r.keys(m, path, _FAULT_KEYS)
         return _fault(r, m, path, at, fleet)
@@ -522,6 +530,21 @@ def _fault(
     )
 
 
+def _rollout(
+    r: _Reader, m: LineMap, path: str, at: float | None, fleet: FleetConfig | None, emulated: bool
+) -> Action | None:
+    where = _join(path, "rollout")
+    body = r.mapping(m["rollout"], where, m.key_lines["rollout"])
+    if body is None:
+        return None
+    step, problems = read_rollout_step(body, fleet, emulated)
+    for line, key, message in problems:
+        r.problem(line, _join(where, key), message)
+    if step is None or at is None:
+        return None
+    return Action(at_s=at, line=m.line, rollout=step)
+
+
 def _check(r: _Reader, raw: Any, path: str, line: int, fleet: FleetConfig | None) -> Check | None:
     m = r.mapping(raw, path, line)
     if m is None:
@@ -541,20 +564,27 @@ def _check(r: _Reader, raw: Any, path: str, line: int, fleet: FleetConfig | None
     replica = _replica(r, m, path, fleet, required=metric in ("state", "utilization"))
     priority = _priority(r, m, path)
     aggregate = r.choice(m, path, "aggregate", ("all", "mean"), "all")
-    equals = (
-        r.choice(m, path, "equals", [s.value for s in ReplicaState]) if metric == "state" else None
-    )
+    equals = _equals(r, m, path, metric)
     if metric == "state":
         for key in ("at", "equals"):
             if key not in m:
                 r.problem(m.line, _join(path, key), f"missing required key {key!r} for state")
+    elif metric == "rollout_phase":
+        if "equals" not in m:
+            r.problem(m.line, _join(path, "equals"), "missing required key 'equals' (done)")
     elif "min" not in m and "max" not in m:
         r.problem(m.line, path, "give min, max or both")
         return None
     if start is not None and end is not None and end <= start:
         r.problem(m.key_lines["to"], _join(path, "to"), f"must be after from ({start:g})")
         return None
-    if bad or None in (start, aggregate) or (metric == "state" and None in (at, equals)):
+    needs_equals = metric in ("state", "rollout_phase")
+    if (
+        bad
+        or None in (start, aggregate)
+        or (needs_equals and equals is None)
+        or (metric == "state" and at is None)
+    ):
         return None
     check = Check(
         name="",
@@ -578,10 +608,22 @@ def _fields(check: Check) -> dict[str, Any]:
     return {name: getattr(check, name) for name in Check.__dataclass_fields__}
 
 
+def _equals(r: _Reader, m: LineMap, path: str, metric: str) -> str | None:
+    if metric == "state":
+        return r.choice(m, path, "equals", [s.value for s in ReplicaState])
+    if metric == "rollout_phase":
+        return r.choice(m, path, "equals", [p.value for p in RolloutPhase])
+    return None
+
+
 def _check_keys(metric: str, m: LineMap) -> list[str]:
     """Keys given that the metric does not take."""
     bad = []
-    if metric == "state":
+    if metric in ROLLOUT:
+        # Read once, at the end of the run, from the rollout's own status.
+        only = ("equals",) if metric == "rollout_phase" else ("min", "max")
+        bad += [k for k in _CHECK_ALL if k in m and k not in (*only, "name", "metric")]
+    elif metric == "state":
         bad += [k for k in ("from", "to", "min", "max", "priority", "aggregate") if k in m]
     else:
         bad += [k for k in ("at", "equals") if k in m]
@@ -615,6 +657,8 @@ def _default_name(c: Check) -> str:
         subject += f"[{c.priority.name.lower()}]"
     if c.metric == "state":
         return f"{subject} at {c.at_s:g}s == {c.equals}"
+    if c.metric == "rollout_phase":
+        return f"{subject} == {c.equals}"
     if c.metric in PER_SECOND and c.aggregate == "mean":
         subject = f"mean {subject}"
     window = f" from {c.start_s:g}s" if c.start_s else ""
@@ -647,6 +691,7 @@ def _build(document: Any, source: str, directory: Path) -> Scenario:
     r.keys(doc, "", _TOP, required=("fleet", "workload"))
     fleet = _fleet(r, doc, directory)
     config = fleet.config if fleet is not None else None
+    emulated = fleet.emulated if fleet is not None else True
     name = r.value(doc, "", "name", str, Path(source).stem)
     description = r.value(doc, "", "description", str, "")
     seed = r.value(doc, "", "seed", int, 0)
@@ -654,7 +699,7 @@ def _build(document: Any, source: str, directory: Path) -> Scenario:
     strategy, params = _strategy(r, doc)
     phases = _workload(r, doc, directory)
     actions = [
-        _action(r, raw, path, line, config)
+        _action(r, raw, path, line, config, emulated)
         for path, line, raw in r.items(doc.get("actions"), "actions", doc.key_lines.get("actions"))
     ]
     checks = [
@@ -663,6 +708,7 @@ def _build(document: Any, source: str, directory: Path) -> Scenario:
     ]
     if phases is not None:
         _check_times(r, phases, actions, checks, drain or 0.0)
+    _check_rollouts(r, doc, actions, checks)
     if r.problems:
         own = sorted((p for p in r.problems if p.file == source), key=lambda p: p.line or 0)
         raise ConfigError(own + [p for p in r.problems if p.file != source])
@@ -680,6 +726,19 @@ def _build(document: Any, source: str, directory: Path) -> Scenario:
         seed=cast(int, seed),
         drain_s=cast(float, drain),
     )
+
+
+def _check_rollouts(
+    r: _Reader, doc: LineMap, actions: list[Action | None], checks: list[Check | None]
+) -> None:
+    """One rollout per run (its checks read *the* rollout), and rollout checks need one."""
+    rollouts = [(i, a) for i, a in enumerate(actions) if a is not None and a.rollout is not None]
+    for i, a in rollouts[1:]:
+        r.problem(a.line, f"actions[{i}].rollout", "one rollout per scenario")
+    given = any("rollout" in raw for raw in doc.get("actions") or [] if isinstance(raw, dict))
+    for i, c in enumerate(checks):
+        if c is not None and c.metric in ROLLOUT and not given:
+            r.problem(c.line, f"checks[{i}].metric", f"{c.metric} needs a rollout action")
 
 
 def _check_times(

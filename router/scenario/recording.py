@@ -19,7 +19,14 @@ from router.replica import Replica, ReplicaState
 from router.request import Priority, Request
 from router.snapshot import FleetSnapshot
 
-__all__ = ["ActionRecord", "Recorder", "RequestRecord", "Sample", "sample_line"]
+__all__ = [
+    "ActionRecord",
+    "Recorder",
+    "RequestRecord",
+    "RolloutOutcome",
+    "Sample",
+    "sample_line",
+]
 
 
 @dataclass(slots=True)
@@ -59,6 +66,59 @@ class ActionRecord:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class RolloutOutcome:
+    """What a scenario's rollout step did, read when the run's drain ended."""
+
+    version: str
+    started_at: float
+    """Scenario seconds when the router accepted it."""
+    ended_at: float | None
+    """Scenario seconds when it ended (done, failed, aborted); None: still going at the end."""
+    status: dict[str, Any]
+    """The rollout's own status (router/rollout/executor.py's ``RolloutStatus.to_dict``)."""
+    served: dict[str, tuple[str, ...] | None]
+    """What each replica's ``/v1/models`` listed at the end; None: it did not answer."""
+
+    @property
+    def phase(self) -> str:
+        return str(self.status["phase"])
+
+    @property
+    def capacity_lowest(self) -> float:
+        return float(self.status["capacity_lowest"])
+
+    @property
+    def behind(self) -> list[str]:
+        """Replicas not on the new version at the end: by the rollout's account (last seen
+        serving) or by their own ``/v1/models``; both must name it."""
+        seen = self.status["versions"]
+        return sorted(
+            rid
+            for rid, models in self.served.items()
+            if seen.get(rid) != self.version or models is None or self.version not in models
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        ended = self.ended_at
+        return {
+            "version": self.version,
+            "phase": self.phase,
+            "started_at": round(self.started_at, 3),
+            "ended_at": None if ended is None else round(ended, 3),
+            "duration_s": None if ended is None else round(ended - self.started_at, 3),
+            # Shares of the capacity in service at the start (all of it: a rollout starts
+            # with every replica active).
+            "capacity_lowest": round(self.capacity_lowest, 4),
+            "capacity_planned_lowest": round(float(self.status["plan"]["lowest"]), 4),
+            "behind": self.behind,
+            "requests_moved": self.status["requests_moved"],
+            "waited_for": self.status["waited_for"],
+            "error": self.status["error"],
+            "waves": [w["replicas"] for w in self.status["plan"]["waves"]],
+        }
+
+
 @dataclass(slots=True)
 class Recorder(CoreListener):
     core: RouterCore
@@ -72,6 +132,8 @@ class Recorder(CoreListener):
     actions: list[ActionRecord] = field(default_factory=list)
     completions: list[float] = field(default_factory=list)
     """End times of completed requests, in order."""
+    rollout: RolloutOutcome | None = None
+    """Live runs with a rollout step: what it did (set by the runner at the end)."""
     _attempts: dict[str, Assignment] = field(default_factory=dict)
     _finished: bool = False
 

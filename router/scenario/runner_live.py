@@ -32,6 +32,7 @@ from router.control import ControlSurface
 from router.errors import ConfigError, Problem
 from router.scenario.keeping_up import LoopLag, keeping_up
 from router.scenario.live_processes import EmulatorProcess, LoadProcess, pointed_at
+from router.scenario.live_rollout import LiveRollout
 from router.scenario.recording import Recorder, sample_line
 from router.scenario.report import (
     Emit,
@@ -141,9 +142,14 @@ async def _drive(
     def now() -> float:
         return (time.monotonic() - t0) * scale
 
+    rollout = _live_rollout(scenario, server, emulator, now)
+
     async def act(action: Action) -> None:
         if action.command is not None:
             record = apply_command(control, action, now(), rec)
+        elif action.rollout is not None:
+            ok, message = rollout.start(action.rollout)
+            record = note_action(rec, action, now(), ok, message)
         else:
             ok, message = await _fault(emulator, action)
             record = note_action(rec, action, now(), ok, message)
@@ -169,6 +175,7 @@ async def _drive(
         # The run ends here; what the cut-offs and the shutdown do is not part of it.
         rec.finish()
         ticker.cancel()
+        rec.rollout = await rollout.outcome()
         if interrupted_at is not None:
             return finish_run(
                 scenario, "live", rec, workload.capacity_at, [], workload.known_capacity,
@@ -184,10 +191,28 @@ async def _drive(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     lost = [r.shot.at_s for r in report.results if r.outcome == "error"]
-    extra = {"client": dict(report.counts), "time_scale": scale}
+    extra: dict[str, object] = {"client": dict(report.counts), "time_scale": scale}
+    if rec.rollout is not None:
+        extra["rollout"] = rec.rollout.to_dict()
     kept = keeping_up(report.late_s, report.counts["not_sent"], lag, shares, scale, t0)
     return finish_run(
         scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra, kept
+    )
+
+
+def _live_rollout(
+    scenario: Scenario,
+    server: RouterServer,
+    emulator: EmulatorProcess | None,
+    now: Callable[[], float],
+) -> LiveRollout:
+    """The run's rollout step, started through the router's own rollout manager."""
+    scale = scenario.fleet.time_scale
+    urls = {r.id: r.config.endpoint for r in server.core.pool}
+    control_url = "" if emulator is None else emulator.control_url
+    stable = config_model(scenario.fleet.config)
+    return LiveRollout(
+        server.rollouts, now, urls, lambda step: step.live_settings(control_url, stable, scale)
     )
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 from router.config.schema import FleetConfig
 from router.control import Command, command_args, command_name
 from router.request import Priority
+from router.scenario.rollout_step import RolloutStep
 
 FaultKind = Literal["kill", "revive", "heal", "slow", "fail_fraction"]
 FAULTS: tuple[FaultKind, ...] = ("kill", "revive", "heal", "slow", "fail_fraction")
@@ -83,7 +84,7 @@ class Phase:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One timed operator command or fault."""
+    """One timed operator command, fault or rollout."""
 
     at_s: float
     line: int
@@ -97,8 +98,12 @@ class Action:
     """``slow``: how many times longer each engine step takes."""
     fraction: float = 0.0
     """``fail_fraction``: the share of attempts answered with a 500."""
+    rollout: RolloutStep | None = None
+    """A model rollout started through the router's rollout manager (live runs only)."""
 
     def describe(self) -> str:
+        if self.rollout is not None:
+            return self.rollout.describe()
         if self.command is not None:
             args = ", ".join(f"{k}={v}" for k, v in command_args(self.command).items() if v)
             return f"{command_name(self.command)} {args}".strip()
