@@ -587,14 +587,17 @@ async def measure(
     )
 
 
-async def loadgen_main() -> None:
-    """Reads one JSON command a line on stdin, answers one JSON sample a line on stdout."""
+async def loadgen_main(
+    measure: Callable[..., Awaitable[Any]] = measure, margin_s: float = 20.0
+) -> None:
+    """Reads one JSON command a line on stdin, answers one JSON sample a line on stdout
+    (``measure(**command)``, given the command's warm-up and duration plus ``margin_s``)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := await reader.readline():
         cmd = json.loads(line)
-        limit = cmd["warmup"] + cmd["duration"] + 20
+        limit = cmd["warmup"] + cmd["duration"] + margin_s
         try:
             sample = await asyncio.wait_for(measure(**cmd), timeout=limit)
             answer: dict[str, Any] = asdict(sample)

@@ -469,23 +469,6 @@ async def measure(
     return Sample(got, window, got / window, cpu1 - cpu0, completed, errors)
 
 
-async def loadgen_main() -> None:
-    """Reads one JSON command a line on stdin, answers one JSON sample a line on stdout."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while line := await reader.readline():
-        cmd = json.loads(line)
-        limit = cmd["warmup"] + cmd["duration"] + 60
-        try:
-            sample = await asyncio.wait_for(measure(**cmd), timeout=limit)
-            answer: dict[str, Any] = asdict(sample)
-        except (OSError, TimeoutError) as exc:
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-
-
 # ---- the orchestration ----------------------------------------------------------------------
 
 
@@ -934,7 +917,8 @@ def main() -> int:
         if args.role == "upstream":
             uvloop.run(serve_upstream(args.replicas))
         else:
-            uvloop.run(loadgen_main())
+            # Streams end later than plain replies: a wider margin past warm-up and window.
+            uvloop.run(stack.loadgen_main(measure, margin_s=60.0))
     return 0
 
 

@@ -218,16 +218,7 @@ class AdminApi:
         return data
 
     async def _command(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
-        media = unsupported_media(headers)
-        if media is not None:
-            raise media
-        body = await read_body(receive, headers, MAX_COMMAND_BYTES)
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise bad_request(f"the body is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise bad_request("the body must be a JSON object with a `command`")
+        data = await self._json_body(receive, headers, "a JSON object with a `command`")
         try:
             command = parse_command(data)
         except ControlError as exc:
@@ -275,7 +266,10 @@ class AdminApi:
             raise HttpError(409, str(exc), code="rollout_refused") from None
         await send_json(send, 200, {"rollout": manager.status()})
 
-    async def _json_body(self, receive: Receive, headers: dict[str, str]) -> dict[str, Any]:
+    async def _json_body(
+        self, receive: Receive, headers: dict[str, str], what: str = "a JSON object"
+    ) -> dict[str, Any]:
+        """The request's JSON object; HttpError 415, 413 or 400 (saying it must be ``what``)."""
         media = unsupported_media(headers)
         if media is not None:
             raise media
@@ -285,7 +279,7 @@ class AdminApi:
         except orjson.JSONDecodeError as exc:
             raise bad_request(f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
-            raise bad_request("the body must be a JSON object")
+            raise bad_request(f"the body must be {what}")
         return data
 
     async def _apply_here(self, command: Command, actor: str) -> Applied:
