@@ -20,14 +20,17 @@ driver, where a terminal's keys enter) to the last frame that changed what the t
 frames encoded for the terminal as outside a test (bench/bench_console.py's
 ``key_to_screen``), here with the whole data plane in the process, not a fake core. Also
 reported: requests in flight at the router (and at the load generator) at each key, the
-console process's CPU, how late the console's loop ran a 10 ms timer (its lag), and the
-load average. Bounded: ``--presses`` rounds and ``--max-seconds`` of keys per layout.
+console process's CPU, how late the console's loop ran a 10 ms timer (its lag), the garbage
+collector's passes by generation (``gc.callbacks``), and the load average. ``child-young``
+is ``child`` with other collector thresholds (see ``LAYOUTS``). Bounded: ``--presses``
+rounds and ``--max-seconds`` of keys per layout.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -45,6 +48,7 @@ from typing import Any
 
 from bench_console import Paints, key_to_screen
 
+import console.app
 from console.app import ConsoleApp
 from console.demo_command import demo_app
 from console.screens.confirm import ConfirmScreen
@@ -54,7 +58,9 @@ from console.screens.strategy_picker import StrategyPicker
 from router.config import load_fleet
 from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
 
-LAYOUTS = ("child", "in-process")
+LAYOUTS = ("child", "in-process", "child-young")
+"""``child-young``: the demo as shipped but with the console's garbage collector thresholds at
+(5000, 10, 10): shorter young passes, more of them, and full passes."""
 Done = Callable[[ConsoleApp], bool]
 
 
@@ -88,6 +94,8 @@ class Result:
     client_in_flight: list[int] = field(default_factory=list)
     """Requests the load generator had sent and not seen end, at each key."""
     lag_ms: list[float] = field(default_factory=list)
+    gc_ms: dict[int, list[float]] = field(default_factory=lambda: {0: [], 1: [], 2: []})
+    """The garbage collector's passes while the keys ran, by generation (``gc.callbacks``)."""
     console_cpu: float = 0.0
     """The console process's CPU over the keys' wall time (share of one core)."""
     loadavg: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -119,6 +127,8 @@ async def measure_lag(into: list[float]) -> None:
 
 
 async def run(layout: str, fleet_file: Path, args: argparse.Namespace) -> Result:
+    if layout == "child-young":
+        console.app.GC_THRESHOLDS = (5_000, 10, 10)
     options = DemoOptions(
         listen="127.0.0.1:0",
         admin_listen="127.0.0.1:0",
@@ -146,6 +156,8 @@ async def press_keys(
     assert demo.server is not None
     core = demo.server.core
     lag = asyncio.create_task(measure_lag(result.lag_ms))
+    watch = _gc_watch(result.gc_ms)
+    gc.callbacks.append(watch)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     deadline = wall0 + args.max_seconds
     try:
@@ -161,8 +173,23 @@ async def press_keys(
                 break
     finally:
         lag.cancel()
+        gc.callbacks.remove(watch)
         result.console_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
         result.loadavg = os.getloadavg()
+
+
+def _gc_watch(into: dict[int, list[float]]) -> Callable[[str, dict[str, int]], None]:
+    """A ``gc.callbacks`` entry that times each pass into ``into`` by generation."""
+    began = 0.0
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        nonlocal began
+        if phase == "start":
+            began = time.perf_counter()
+        else:
+            into[info["generation"]].append((time.perf_counter() - began) * 1000)
+
+    return watch
 
 
 def _bound(done: Done, app: ConsoleApp) -> Callable[[], bool]:
@@ -197,6 +224,9 @@ def summary(result: Result) -> dict[str, Any]:
         "in_flight": _spread(result.in_flight),
         "client_in_flight": _spread(result.client_in_flight),
         "loop_lag_ms": stats(result.lag_ms),
+        "gc_ms": {
+            str(g): stats(ms) | {"total": round(sum(ms), 1)} for g, ms in result.gc_ms.items()
+        },
         "console_cpu_percent": round(result.console_cpu * 100, 1),
         "loadavg": [round(x, 2) for x in result.loadavg],
     }
@@ -236,6 +266,16 @@ def print_table(report: dict[str, Any]) -> None:
             f"| {c['min']}/{c['mean']}/{c['max']} | {layout['console_cpu_percent']} "
             f"| {lag['p50']:.0f}/{lag['p99']:.0f}/{lag['max']:.0f} | {layout['loadavg']} |"
         )
+    print()
+    print("| layout | generation | passes | p50 ms | max ms | total ms |")
+    print("|---|---|---|---|---|---|")
+    for layout in report["layouts"]:
+        for generation, g in layout["gc_ms"].items():
+            if g.get("n"):
+                print(
+                    f"| {layout['layout']} | {generation} | {g['n']} | {g['p50']:.1f} "
+                    f"| {g['max']:.1f} | {g['total']:.0f} |"
+                )
 
 
 def one_layout(layout: str) -> dict[str, Any]:
@@ -264,7 +304,7 @@ def _without(argv: list[str], flag: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="child,in-process")
+    parser.add_argument("--layouts", default="child,in-process", help=", ".join(LAYOUTS))
     parser.add_argument("--presses", type=int, default=7, help="rounds of the six keys")
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds before the keys")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="keys per layout")
