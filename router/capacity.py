@@ -558,7 +558,8 @@ class FleetCapacity:
 
     def rps(self, rate: float) -> float:
         """A rate in cost units per second, in requests per second at the mean request of the
-        mix the rates are at (the one the fleet's priors were last run on)."""
+        mix the rates are at (the one the fleet's priors were last run on, followed through
+        the estimates' filter)."""
         return rate / self._rps_cost
 
     # ---- internals -----------------------------------------------------------------------
