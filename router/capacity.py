@@ -454,6 +454,8 @@ class FleetCapacity:
         self._deployments = [_deployment(r.config, self.catalog) for r in self._replicas]
         self._kv_refits: dict[int, Refit] = {}
         """Model runs for replicas whose KV size turned out other than the model's."""
+        self._kv_seen: list[int | None] = [None] * len(self._replicas)
+        """The KV figure ``_follow_kv`` last looked at, per replica: it acts on a change only."""
         cost = self.mix.mean_cost(prompt_factor)
         self.per_replica = [ReplicaCapacity(_default_prior(d, cost)) for d in self._deployments]
         self._fleet_cost = cost
@@ -658,6 +660,9 @@ class FleetCapacity:
         kv, source, _ = self._kv(r)
         if d is None or kv is None or source not in (Source.ENGINE, Source.FLEET_FILE):
             return
+        if kv == self._kv_seen[r.index]:
+            return  # an engine repeats its figure at every poll
+        self._kv_seen[r.index] = kv
         if abs(kv - d.kv_capacity_tokens) <= KV_MOVE * d.kv_capacity_tokens:
             return
         try:
