@@ -31,8 +31,8 @@ def test_points_on_a_line_give_that_lines_rate(a: float, b: float, cs: list[floa
     if spread <= 0.1 * mean * 1.001:
         return  # too little spread: no figure, or one from what little there is
     assert rate is not None
-    c = min(16, REACH * max(cs))
-    assert rate == pytest.approx(c / (a + b * c), rel=1e-6)
+    # Points exactly on the line pin it down: it is read at 16 however far that is.
+    assert rate == pytest.approx(16 / (a + b * 16), rel=1e-6)
 
 
 def test_no_figure_without_enough_points_or_spread_or_a_rising_line() -> None:
@@ -47,10 +47,36 @@ def test_no_figure_without_enough_points_or_spread_or_a_rising_line() -> None:
     assert falling.rate_at(64) is None
 
 
-def test_the_line_is_not_read_far_past_what_it_covers() -> None:
+def _noisy_points(curve: LoadCurve, a: float, b: float, cs: list[float], noise: float) -> None:
+    rng = random.Random(7)
+    for c in cs:
+        curve.add(c, (a + b * c) * rng.uniform(1 - noise, 1 + noise), weight=1.0, decay=1.0)
+
+
+def test_a_scattered_line_is_not_read_far_past_what_it_covers() -> None:
     curve = LoadCurve()
-    _line_points(curve, 0.02, 0.01, [1.0, 2.0] * 20)
-    assert curve.rate_at(64) == pytest.approx(REACH * 2 / (0.02 + 0.01 * REACH * 2))
+    _noisy_points(curve, 0.02, 0.01, [1.0, 2.0] * 20, noise=0.1)
+    a, b = curve.line() or (0.0, 0.0)
+    assert curve.rate_at(64) == pytest.approx(REACH * 2 / (a + b * REACH * 2))
+
+
+def test_a_line_its_points_pin_down_is_read_at_the_batch_size() -> None:
+    """The same engine sent 1 to 3 at once, its points 2% apart from the line: read at 64."""
+    curve = LoadCurve()
+    _noisy_points(curve, 0.02, 0.01, [1.0, 2.0, 3.0] * 30, noise=0.02)
+    assert curve.rate_at(64) == pytest.approx(64 / (0.02 + 0.01 * 64), rel=0.05)
+
+
+def test_more_points_carry_the_line_further() -> None:
+    """Scattered points that a short run cannot carry to 64 are read there after a long one."""
+    short, long_ = LoadCurve(), LoadCurve()
+    _noisy_points(short, 0.02, 0.01, [1.0, 2.0, 3.0, 4.0] * 6, noise=0.3)
+    _noisy_points(long_, 0.02, 0.01, [1.0, 2.0, 3.0, 4.0] * 300, noise=0.3)
+    a, b = short.line() or (0.0, 0.0)
+    assert short.rate_at(64) == pytest.approx(REACH * 4 / (a + b * REACH * 4))
+    a, b = long_.line() or (0.0, 0.0)
+    assert long_.rate_at(64) == pytest.approx(64 / (a + b * 64))
+    assert long_.rate_at(64) == pytest.approx(64 / (0.02 + 0.01 * 64), rel=0.05)
 
 
 def _run(a: float, b: float, rate: float, seconds: float, seed: int) -> ReplicaCapacity:
