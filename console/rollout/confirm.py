@@ -7,7 +7,8 @@ figure). A plan the router refuses (a floor it cannot keep, a bad setting) shows
 refusal and offers no start: ``y`` does nothing and the start button is gone.
 
 Built once and kept by the app (console/app.py); :meth:`RolloutConfirm.show` makes it the
-dialog for another plan.
+dialog for another plan. A full screen, not a modal, as the help is: nothing of the table
+behind it is composited into its frames.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import Resize
+from textual.screen import Screen
 from textual.widgets import Button, Static
 
 from console.rollout.model import RolloutPreview
@@ -29,7 +31,7 @@ from console.widgets.tones import Styles, to_text
 __all__ = ["RolloutConfirm"]
 
 
-class RolloutConfirm(ModalScreen[bool]):
+class RolloutConfirm(Screen[bool]):
     """``y`` or the start button starts the rollout; ``n`` or Escape cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -48,7 +50,8 @@ class RolloutConfirm(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="rollout-confirm"):
             yield Static("", classes="title", id="rollout-confirm-title")
-            yield Static("", id="rollout-plan")
+            with VerticalScroll():  # a large fleet's waves scroll; the buttons stay
+                yield Static("", id="rollout-plan")
             yield Static("", id="rollout-prediction")
             yield Static("", classes="hint", id="rollout-confirm-hint")
             with Horizontal():
@@ -57,6 +60,10 @@ class RolloutConfirm(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         self._draw()
+
+    def on_resize(self, event: Resize) -> None:
+        # Rows the plan may not take: border, title, prediction, hint and the buttons.
+        self.query_one(VerticalScroll).styles.max_height = max(3, event.size.height - 12)
 
     def show(
         self, version: str, preview: RolloutPreview | None, refusal: str | None, styles: Styles

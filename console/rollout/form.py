@@ -14,23 +14,23 @@ from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
 from textual.widgets import Input, Static
 
 __all__ = ["FIELDS", "RolloutForm", "RolloutRequest", "read_form"]
 
 ORDERS = ("weakest-first", "strongest-first")
 CHOICES = ("wait", "preempt")
-FIELDS: tuple[tuple[str, str], ...] = (
-    ("version", "new version (served model name), e.g. org/llama-3.1-8b-v2"),
-    ("floor", "floor: share kept in service, 0.75 or 75% (empty: the fleet file's)"),
-    ("order", "order: weakest-first, strongest-first or ids a,b,c (empty: the fleet file's)"),
-    ("drain", "drain timeout in seconds (empty: the fleet file's)"),
-    ("on_timeout", "then: wait or preempt (empty: the fleet file's)"),
-    ("updater", "update command, e.g. systemctl restart vllm@{replica} (empty: fleet file's)"),
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("version", "version", "served model name, e.g. org/llama-3.1-8b-v2"),
+    ("floor", "floor", "share kept in service: 0.75 or 75%"),
+    ("order", "order", "weakest-first, strongest-first, or ids a,b,c"),
+    ("drain", "drain timeout", "seconds a wave waits for its requests"),
+    ("on_timeout", "then", "wait or preempt"),
+    ("updater", "update command", "e.g. systemctl restart vllm@{replica}"),
 )
-"""Each field's id and placeholder, in the form's order."""
+"""Each field's id, label and placeholder, in the form's order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +75,26 @@ def read_form(values: Mapping[str, str]) -> RolloutRequest | str:
     return RolloutRequest(version, settings)
 
 
-class RolloutForm(ModalScreen[RolloutRequest | None]):
+class RolloutForm(Screen[RolloutRequest | None]):
     """Enter in any field asks for the plan; Escape cancels. Built once and kept
-    (console/app.py): :meth:`reset` empties it."""
+    (console/app.py): :meth:`reset` empties it. A full screen, not a modal, as the help is:
+    nothing of the table behind it is composited into its frames."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="rollout-form"):
             yield Static("Roll out a model version", classes="title")
-            for name, placeholder in FIELDS:
-                yield Input(placeholder=placeholder, id=f"rollout-{name}")
+            # One row each (compact): six bordered inputs took 18 rows, and each open drew
+            # them all (a third of the key's time to the screen).
+            with Grid(id="rollout-fields"):
+                for name, label, placeholder in FIELDS:
+                    yield Static(label, classes="label")
+                    yield Input(placeholder=placeholder, id=f"rollout-{name}", compact=True)
             yield Static("", id="rollout-form-error")
             yield Static(
-                "Enter shows the plan (nothing starts yet); Tab moves; Esc cancels.",
+                "Empty: the fleet file's rollout setting (its updater too). Enter shows the "
+                "plan, nothing starts yet; Tab moves; Esc cancels.",
                 classes="hint",
             )
 
@@ -99,13 +105,15 @@ class RolloutForm(ModalScreen[RolloutRequest | None]):
         """Empty, version focused: as a new form would be."""
         if not self.is_mounted:
             return
-        for name, _ in FIELDS:
+        for name, _, _ in FIELDS:
             self.query_one(f"#rollout-{name}", Input).value = ""
-        self.query_one("#rollout-form-error", Static).update("")
+        error = self.query_one("#rollout-form-error", Static)
+        if str(error.render()):
+            error.update("")  # only then: an update lays the screen out again
         self.set_focus(self.query_one("#rollout-version", Input))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        values = {name: self.query_one(f"#rollout-{name}", Input).value for name, _ in FIELDS}
+        values = {name: self.query_one(f"#rollout-{name}", Input).value for name, _, _ in FIELDS}
         answer = read_form(values)
         if isinstance(answer, str):
             self.query_one("#rollout-form-error", Static).update(f"✖ {answer}")

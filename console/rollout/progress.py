@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
+from textual.events import Resize
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.widgets import Static
@@ -66,11 +67,14 @@ class RolloutScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         dialog = Vertical(classes="dialog", id="rollout-progress")
         dialog.border_title = f"Rollout · {HINT}"
-        with dialog:
+        with dialog, VerticalScroll():  # a large fleet's replicas scroll
             yield Static("", id="rollout-status")
 
     def on_mount(self) -> None:
         self.refreshed.subscribe(self, lambda _: self._follow())
+
+    def on_resize(self, event: Resize) -> None:
+        self.query_one(VerticalScroll).styles.max_height = max(3, event.size.height - 2)
 
     def on_screen_resume(self) -> None:
         # Each open, and each return from a confirmation over it, shows the rollout of now.
