@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
 from console.app import ConsoleApp
-from console.attach.backend import NO_TOKEN
+from console.attach.admin_http import AsyncAdmin
+from console.attach.backend import NO_TOKEN, RemoteBackend, fetch_state
+from console.attach.state import fleet_from_json
 from console.rollout.confirm import RolloutConfirm
 from console.rollout.form import RolloutForm
 from console.rollout.progress import RolloutScreen
@@ -218,3 +221,38 @@ async def test_pause_and_abort_each_ask_first_and_the_rollout_stops_after_its_wa
             written = "\n".join(app.query_one(EventsPane).lines_written)
             assert "⟳" in written
             assert "pauses after the current wave" in written
+
+
+class NoRollouts(httpx.AsyncBaseTransport):
+    """The real admin API, but for ``/admin/rollout``, which answers 404 as a service of
+    several workers does; counts the asks."""
+
+    def __init__(self) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.asked = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/admin/rollout":
+            self.asked += 1
+            return httpx.Response(404, json={"error": {"message": "not served here"}})
+        return await self.real.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+async def test_an_attached_router_without_rollouts_is_asked_once_and_stays_attached() -> None:
+    async with rolling(token=TOKEN) as (server, _):
+        assert server.admin_url is not None
+        transport = NoRollouts()
+        admin = AsyncAdmin(server.admin_url, token=TOKEN, actor="t", transport=transport)
+        fleet = fleet_from_json(await admin.get("/admin/fleet"))
+        backend = RemoteBackend(admin, fleet, await fetch_state(admin), [], read_only=False)
+        try:
+            for _ in range(3):
+                await backend.poll()
+            assert backend.link.up
+            assert backend.rollout() is None
+            assert transport.asked == 1
+        finally:
+            await admin.aclose()
