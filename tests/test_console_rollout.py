@@ -25,6 +25,7 @@ from console.screens.confirm import ConfirmScreen
 from console.widgets.events_pane import EventsPane
 from router.control import Event
 from router.http.server import RouterServer
+from tests.http_support import MODEL
 from tests.rollout_support import NEW, TOKEN, backend_for, refreshed, rolling
 
 SIZE = (120, 40)
@@ -63,7 +64,9 @@ def step_seen(server: RouterServer, step: str) -> asyncio.Event:
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
-async def test_the_plan_is_shown_then_confirmed_and_followed_to_done(kind: str) -> None:
+async def test_the_plan_is_shown_then_confirmed_followed_to_done_and_rolled_back(
+    kind: str,
+) -> None:
     async with rolling(token=TOKEN) as (server, emulated), backend_for(kind, server) as backend:
         app = ConsoleApp(backend, auto_refresh=False)
         async with app.run_test(size=SIZE) as pilot:
@@ -102,6 +105,19 @@ async def test_the_plan_is_shown_then_confirmed_and_followed_to_done(kind: str) 
             start = next(e for e in server.control.audit if e.kind == "rollout")
             expected = "console" if kind == "local" else "attached-console:test"
             assert start.actor == expected
+
+            await pilot.press("b")  # roll back, once confirmed as destructive
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert app.screen.danger
+            await pilot.press("y")
+            await app.workers.wait_for_complete()
+            status = await server.rollouts.current.wait()
+            await refreshed(app)
+            await pilot.pause()
+            assert status.phase == "rolled back"
+            assert f"{NEW} rolled back" in app.screen.plain
+            assert {v["version"] for v in emulated.versions().values()} == {MODEL}
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
