@@ -21,10 +21,12 @@ from console.attach.state import fleet_from_json
 from console.rollout.confirm import RolloutConfirm
 from console.rollout.form import RolloutForm
 from console.rollout.progress import RolloutScreen
+from console.router_host import LocalRouter
 from console.screens.confirm import ConfirmScreen
 from console.widgets.events_pane import EventsPane
 from router.control import Event
 from router.http.server import RouterServer
+from tests.fleet_factory import make_fleet
 from tests.http_support import MODEL
 from tests.rollout_support import NEW, TOKEN, backend_for, refreshed, rolling
 
@@ -272,3 +274,9 @@ async def test_an_attached_router_without_rollouts_is_asked_once_and_stays_attac
             assert transport.asked == 1
         finally:
             await admin.aclose()
+
+
+def test_the_console_router_hands_its_rollouts_to_the_console() -> None:
+    """``gpurouter console``'s own router: the console steers the rollouts it runs."""
+    host = LocalRouter(make_fleet(), telemetry=False)
+    assert host.backend().rollouts is host.server.rollouts
