@@ -18,7 +18,8 @@ last frame that changed what the terminal shows (a change can take several frame
 table, then its scrollbar), while the 1 Hz refresh keeps running. Frames are encoded for
 the terminal, as outside a test. The
 keys: ``?`` opens help and Escape closes it, ``o`` re-sorts the 512 rows, ``/`` opens the
-filter box, ``7`` narrows the table, Escape clears the filter. Aim (issue 4): under 25% of one
+filter box, ``7`` narrows the table, Escape clears the filter, ``v`` opens the rollout form
+and Escape closes it. Aim (issue 4): under 25% of one
 core, under 100 ms.
 """
 
@@ -46,6 +47,7 @@ from textual.screen import Screen
 
 from console.app import ConsoleApp
 from console.backend import ConsoleBackend, GpuKey
+from console.rollout.form import RolloutForm
 from console.screens.help import HelpScreen
 from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
@@ -324,6 +326,12 @@ KEYS: dict[str, tuple[str, str, Callable[[ConsoleApp, str], Callable[[], bool]]]
     "filter /": ("slash", "/", lambda app, _: lambda: isinstance(app.focused, FilterInput)),
     "type 7": ("7", "7", _filtered("7")),
     "clear esc": ("escape", "\x1b", _filtered("")),
+    "rollout v": ("v", "v", lambda app, _: lambda: isinstance(app.screen, RolloutForm)),
+    "close form": (
+        "escape",
+        "\x1b",
+        lambda app, _: lambda: not isinstance(app.screen, RolloutForm),
+    ),
 }
 """Each key: (key, character, when its effect is in the app). Six sort presses cycle through
 every order, into and out of the node grouping (which adds or removes 64 heading rows)."""

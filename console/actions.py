@@ -121,6 +121,12 @@ ACTIONS: tuple[Action, ...] = (
         footer=False,
     ),
     Action(
+        "rollout",
+        "Roll",
+        "Roll out a model version, or watch and steer the one going",
+        "v",
+    ),
+    Action(
         "detail",
         "Detail",
         "Open the selected replica: capacity, latency, decisions",

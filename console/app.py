@@ -32,7 +32,11 @@ from console.actions import ACTIONS, BY_ID, bindings, resolve_keys
 from console.backend import Backend
 from console.cluster.screen import ClusterScreen
 from console.commands import ConsoleCommands
+from console.ctl.rollout import STEERING
 from console.messages import FilterClosed, RouterEventRecorded
+from console.rollout.confirm import RolloutConfirm
+from console.rollout.form import RolloutForm, RolloutRequest
+from console.rollout.progress import RolloutScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen, where
 from console.screens.replica_detail import DetailData, ReplicaDetail
@@ -88,7 +92,13 @@ _DETAIL = "replica-detail"
 """The installed replica detail's name."""
 _CONFIRM = "confirm"
 """The installed confirmation dialog's name."""
-_KEPT = (_HELP, _PICKER, _DETAIL, _CONFIRM)
+_ROLLOUT_FORM = "rollout-form"
+"""The installed rollout form's name."""
+_ROLLOUT_CONFIRM = "rollout-confirm"
+"""The installed rollout confirmation's name."""
+_ROLLOUT = "rollout-progress"
+"""The installed rollout progress screen's name."""
+_KEPT = (_HELP, _PICKER, _DETAIL, _CONFIRM, _ROLLOUT_FORM, _ROLLOUT_CONFIRM, _ROLLOUT)
 """Screens built on first use and kept: composing and styling one anew on each press was
 most of the time from its key to the screen (see :meth:`ConsoleApp._kept`)."""
 
@@ -337,6 +347,7 @@ class ConsoleApp(App[None]):
             "palette": self.action_command_palette,
             "strategy": self._pick_strategy,
             "cluster": self._show_cluster,
+            "rollout": self._rollout_key,
             "filter": self._open_filter,
             "sort": self._cycle_sort,
             "theme": self._cycle_theme,
@@ -404,6 +415,15 @@ class ConsoleApp(App[None]):
             _CONFIRM: lambda: ConfirmScreen(
                 "", (), self.styles_now, confirm_label="", danger=False
             ),
+            _ROLLOUT_FORM: RolloutForm,
+            _ROLLOUT_CONFIRM: lambda: RolloutConfirm(self.styles_now),
+            _ROLLOUT: lambda: RolloutScreen(
+                self.backend.rollout,
+                self.steer_rollout,
+                self.ask_rollout,
+                self.refreshed_signal,
+                self.styles_now,
+            ),
         }
 
     def _prepare_kept(self, names: list[str]) -> None:
@@ -443,6 +463,98 @@ class ConsoleApp(App[None]):
         picker = self._kept(_PICKER, StrategyPicker)
         picker.show(current)
         self._open(picker, _PICKER, chosen)
+
+    # ---- model rollouts (console/rollout/) -------------------------------------------------
+
+    def _rollout_key(self) -> None:
+        """The rollout's progress when there is one (going or ended), else a new one's form:
+        a watcher sees the progress, only an operator who may steer gets the form."""
+        if self.backend.rollout() is None and not self.read_only:
+            self.ask_rollout()
+        else:
+            self._show_rollout()
+
+    def ask_rollout(self) -> None:
+        """The form, then the plan the router would run, then (confirmed) the start."""
+        if self.read_only:
+            why = self.backend.refusal or "read-only console"
+            self.notify(f"{why}: rollout refused", severity="warning", title="refused")
+            return
+        form = self._kept(_ROLLOUT_FORM, RolloutForm)
+        form.reset()
+        self._open(form, _ROLLOUT_FORM, self._rollout_asked)
+
+    def _rollout_asked(self, request: RolloutRequest | None) -> None:
+        if request is not None:
+            self.run_worker(self._preview(request), group="rollout", exit_on_error=False)
+
+    async def _preview(self, request: RolloutRequest) -> None:
+        try:
+            preview = await self.backend.rollout_preview(request.version, request.settings)
+            refusal = None
+        except GpuRouterError as exc:  # the planner's refusal, shown in place of the plan
+            preview, refusal = None, str(exc)
+        dialog = self._kept(_ROLLOUT_CONFIRM, RolloutConfirm)
+        dialog.show(request.version, preview, refusal, self.styles_now)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._start_rollout(request), group="rollout", exit_on_error=False)
+            else:
+                self.notify(f"rollout of {request.version}: cancelled", severity="information")
+
+        self._open(dialog, _ROLLOUT_CONFIRM, answered)
+
+    async def _start_rollout(self, request: RolloutRequest) -> None:
+        try:
+            progress = await self.backend.rollout_start(request.version, request.settings)
+        except GpuRouterError as exc:
+            self.notify(str(exc), title="refused", severity="error")
+            return
+        waves = len(progress.waves)
+        self.notify(f"{progress.id}: {progress.version} in {waves} waves", title="started")
+        self._show_rollout()
+
+    def _show_rollout(self) -> None:
+        if self.is_screen_installed(_ROLLOUT) and self.get_screen(_ROLLOUT) in self.screen_stack:
+            return  # open already (the form was opened from it)
+        self._open(self._kept(_ROLLOUT, RolloutScreen), _ROLLOUT)
+
+    def steer_rollout(self, action: str) -> None:
+        """Pause, resume, abort or roll back the rollout, once confirmed."""
+        title = "Roll back" if action == "rollback" else action.capitalize()
+        if self.read_only:
+            why = self.backend.refusal or "read-only console"
+            self.notify(f"{why}: {title.lower()} refused", severity="warning", title="refused")
+            return
+        progress = self.backend.rollout()
+        if progress is None:
+            self.notify("there is no rollout", severity="warning")
+            return
+        lines: list[tuple[Cell, ...]] = [
+            ((f"{progress.id}: {progress.version} is {progress.phase}.", Tone.NORMAL),),
+            ((f"{title}: {STEERING[action]}.", Tone.NORMAL),),
+        ]
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._steered(action), group="rollout", exit_on_error=False)
+
+        dialog = self._kept(_CONFIRM, ConfirmScreen)
+        danger = action in ("abort", "rollback")
+        dialog.show(
+            f"{title} {progress.id}?", lines, self.styles_now, confirm_label=title, danger=danger
+        )
+        self._open(dialog, _CONFIRM, answered)
+
+    async def _steered(self, action: str) -> None:
+        try:
+            progress = await self.backend.rollout_act(action)
+        except GpuRouterError as exc:
+            self.notify(str(exc), title="refused", severity="error")
+            return
+        self.notify(f"{progress.id}: {progress.phase}", title=action)
+        self.refresh_data()
 
     def switch_strategy(self, name: str) -> None:
         if self.read_only:
@@ -600,7 +712,7 @@ class ConsoleApp(App[None]):
                 # Drawn in the old theme's tones: built anew. Uninstalled, it would still run.
                 self.uninstall_screen(name)
                 screen.remove()
-            elif isinstance(screen, ReplicaDetail):
+            elif isinstance(screen, ReplicaDetail | RolloutScreen):
                 screen.restyle(self.styles_now)  # on show (or under a dialog): kept, redrawn
         self._apply_theme_class(theme.name)
         self._draw(force=True)

@@ -14,13 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from console.attach.link import Link
+from console.rollout.model import (
+    RolloutPreview,
+    RolloutProgress,
+    preview_from_json,
+    progress_from_json,
+)
 from router.config.schema import FleetConfig
 from router.control import Command, ControlSurface, Event
 from router.core import RouterCore
-from router.errors import ControlError
+from router.errors import ControlError, RolloutError
 from router.in_flight import InFlight, in_flight
 from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
@@ -29,6 +35,7 @@ from router.telemetry.status import DISABLED, TelemetryStatus
 
 if TYPE_CHECKING:
     from console.cluster.watch import ClusterWatch
+    from router.rollout.manager import RolloutManager
 
 GpuKey = tuple[str, int]
 """A GPU: its node's name and its NVML index on that node."""
@@ -99,6 +106,29 @@ class Backend(Protocol):
 
     def in_flight(self, replica_id: str) -> list[InFlight]: ...
 
+    # ---- model rollouts (docs/rollouts.md): each refusal is a GpuRouterError -------------
+
+    def rollout(self) -> RolloutProgress | None:
+        """The rollout going, or the last one; None before the first (cheap: read at every
+        refresh)."""
+        ...
+
+    async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
+        """What a start would do now (the plan), starting nothing; the planner's refusal (a
+        floor that cannot be kept, a bad setting) is the error's message."""
+        ...
+
+    async def rollout_start(self, version: str, settings: Mapping[str, Any]) -> RolloutProgress:
+        """Plan and start a rollout of ``version`` (the settings over the fleet file's)."""
+        ...
+
+    async def rollout_act(self, action: str) -> RolloutProgress:
+        """``pause``, ``resume``, ``abort`` or ``rollback``: the rollout's state after it."""
+        ...
+
+
+NO_ROLLOUTS = "this router runs no rollouts"
+
 
 def samples_from(status: TelemetryStatus) -> dict[GpuKey, GpuSample]:
     """Every GPU reading in a telemetry status, by (node, index)."""
@@ -135,6 +165,9 @@ class ConsoleBackend:
     """The name the audit trail records for this console's commands."""
     notes: list[str] = field(default_factory=list)
     """Facts worth an operator's attention at start (e.g. how the router was built)."""
+
+    rollouts: RolloutManager | None = None
+    """The router's rollouts (``RouterServer.rollouts``); None where it runs none."""
 
     refusal: str | None = None
     link: Link | None = None
@@ -177,3 +210,28 @@ class ConsoleBackend:
         except ControlError:
             return []
         return in_flight(self.core, replica)
+
+    def rollout(self) -> RolloutProgress | None:
+        status = None if self.rollouts is None else self.rollouts.status()
+        return None if status is None else progress_from_json(status)
+
+    async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
+        return preview_from_json(self._rollouts().preview(version, settings))
+
+    async def rollout_start(self, version: str, settings: Mapping[str, Any]) -> RolloutProgress:
+        self._rollouts().start(version, settings, self.actor)
+        return self._now()
+
+    async def rollout_act(self, action: str) -> RolloutProgress:
+        await self._rollouts().act(action, self.actor)
+        return self._now()
+
+    def _rollouts(self) -> RolloutManager:
+        if self.rollouts is None:
+            raise RolloutError(NO_ROLLOUTS)
+        return self.rollouts
+
+    def _now(self) -> RolloutProgress:
+        progress = self.rollout()
+        assert progress is not None  # the manager has just started or steered one
+        return progress

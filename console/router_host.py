@@ -62,6 +62,7 @@ class LocalRouter:
                 telemetry=self.telemetry,
                 failing=self.server.health.failing,
                 host=self,
+                rollouts=self.server.rollouts,
                 notes=self.notes,
             )
         return self._backend

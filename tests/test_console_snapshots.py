@@ -9,13 +9,18 @@ Regenerate after an intended change with ``pytest tests/test_console_snapshots.p
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from textual.widgets import Input
 
 from console.app import ConsoleApp
+from router.config.schema import CommandUpdaterConfig, RolloutConfig, UpdaterConfig
 from router.control import Drain, SetWeight
+from router.rollout.manager import RolloutManager
 from tests.console_helpers import loaded_rig, telemetry_for
+from tests.fleet_factory import make_fleet
 
 Snap = Callable[..., bool]
 
@@ -99,3 +104,29 @@ def test_paused_at_80_columns_says_so_in_the_header(snap_compare: Snap) -> None:
 def test_a_console_with_nothing_behind_the_endpoints(snap_compare: Snap) -> None:
     """Rows failing, the header's imbalance "no replica up", the GPU-models pane none up."""
     assert snap_compare(nothing_behind(), terminal_size=(80, 24))
+
+
+def rolling_dashboard() -> ConsoleApp:
+    """A loaded fleet, every replica in service, whose fleet file names an update command."""
+    updater = UpdaterConfig(command=CommandUpdaterConfig(run="systemctl restart vllm@{replica}"))
+    fleet = replace(make_fleet(batch_sizes=[4, 4, 2, 2]), rollout=RolloutConfig(updater=updater))
+    rig = loaded_rig(fleet)
+    rig.backend.rollouts = RolloutManager(rig.core, rig.control)
+    return ConsoleApp(rig.backend, auto_refresh=False)
+
+
+def test_rollout_confirmation_shows_the_waves_before_anything_starts(snap_compare: Snap) -> None:
+    """Each wave's replicas with their capacity share and what stays in service, the settings
+    in force and the updater; no prediction line (none given), Cancel focused."""
+
+    async def ask_for_the_plan(pilot: Any) -> None:
+        await pilot.press("v")
+        await pilot.pause()
+        form = pilot.app.screen
+        form.query_one("#rollout-version", Input).value = "llama-3.1-8b-v2"
+        form.query_one("#rollout-floor", Input).value = "0.5"
+        await pilot.press("enter")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(rolling_dashboard(), run_before=ask_for_the_plan, terminal_size=(80, 24))

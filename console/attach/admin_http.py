@@ -28,6 +28,7 @@ from router.http.admin import RUN_HEADER
 __all__ = ["AsyncAdmin"]
 
 REFUSED = 409
+NOT_SERVED = 404
 """The router read the command and refused it: the answer is still its audit event."""
 
 
@@ -61,6 +62,23 @@ class AsyncAdmin:
     async def get(self, path: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         with translated(self.base_url, self.timeout_s):
             response = await self._http.get(path, params=params)
+        self._check(response)
+        return json_object(response, path)
+
+    async def get_if_served(self, path: str) -> dict[str, Any] | None:
+        """GET ``path``; None when the router does not serve it (404: a router without
+        rollouts, such as a service of several workers)."""
+        with translated(self.base_url, self.timeout_s):
+            response = await self._http.get(path)
+        if response.status_code == NOT_SERVED:
+            return None
+        self._check(response)
+        return json_object(response, path)
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a JSON object; a refusal (409) is a RefusedError with the router's reason."""
+        with translated(self.base_url, self.timeout_s):
+            response = await self._http.post(path, json=dict(body))
         self._check(response)
         return json_object(response, path)
 

@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.attach.admin_http import AsyncAdmin
 from console.attach.events import EventCursor, follow_events
@@ -28,6 +28,12 @@ from console.attach.state import RemoteState, fleet_from_json, state_from_json
 from console.backend import GpuKey, samples_from
 from console.ctl.client import TOKEN_ENV
 from console.ctl.errors import UnreachableError
+from console.rollout.model import (
+    RolloutPreview,
+    RolloutProgress,
+    preview_from_json,
+    progress_from_json,
+)
 from router.config.schema import FleetConfig
 from router.control import Command, Event, command_args, command_name
 from router.errors import GpuRouterError
@@ -49,6 +55,8 @@ DECISIONS_ASKED = 200
 """Newest routing decisions fetched while a replica's detail is open."""
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+ROLLOUT = "/admin/rollout"
 
 
 class RemoteBackend:
@@ -89,6 +97,9 @@ class RemoteBackend:
         self._listeners: list[Callable[[Event], None]] = []
         self._decisions: list[Explanation] = []
         self._decisions_wanted = False
+        self._rollout: RolloutProgress | None = None
+        self._rollouts_served = True
+        """False once the router answered 404 to /admin/rollout: it is not asked again."""
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -131,7 +142,33 @@ class RemoteBackend:
     def in_flight(self, replica_id: str) -> list[InFlight]:
         return list(self.state.running.get(replica_id, ()))
 
+    def rollout(self) -> RolloutProgress | None:
+        """As of the latest poll (or the latest answer to a rollout command)."""
+        return self._rollout
+
     # ---- what it sends ---------------------------------------------------------------------
+
+    async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
+        body = {"action": "plan", "version": version, "settings": dict(settings)}
+        answer = await self._rollout_post(body)
+        return _read(preview_from_json, answer.get("preview"), "rollout preview")
+
+    async def rollout_start(self, version: str, settings: Mapping[str, Any]) -> RolloutProgress:
+        body = {"action": "start", "version": version, "settings": dict(settings)}
+        return self._progress(await self._rollout_post(body))
+
+    async def rollout_act(self, action: str) -> RolloutProgress:
+        return self._progress(await self._rollout_post({"action": action}))
+
+    async def _rollout_post(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if self.refusal is not None:
+            raise GpuRouterError(self.refusal)  # the console refuses first; any other caller
+        return await self.admin.post(ROLLOUT, body)
+
+    def _progress(self, answer: Mapping[str, Any]) -> RolloutProgress:
+        progress = _read(progress_from_json, answer.get("rollout"), "rollout")
+        self._rollout = progress
+        return progress
 
     def apply(self, command: Command) -> Awaitable[Event]:
         return self._apply(command)
@@ -183,12 +220,22 @@ class RemoteBackend:
         poll: the refresh interval, or the backoff while the router does not answer."""
         try:
             self.state = await fetch_state(self.admin)
+            if self._rollouts_served:
+                await self._poll_rollout()
             if self._decisions_wanted:
                 self._decisions = await fetch_decisions(self.admin)
         except GpuRouterError as exc:
             return self.link.failed(str(exc))
         self.link.answered()
         return self.interval()
+
+    async def _poll_rollout(self) -> None:
+        answer = await self.admin.get_if_served(ROLLOUT)
+        if answer is None:
+            self._rollouts_served = False
+            return
+        status = answer.get("rollout")
+        self._rollout = None if status is None else _read(progress_from_json, status, "rollout")
 
     async def poll_forever(self) -> None:
         """Poll at the refresh interval, or after the backoff while the router is away."""
@@ -215,6 +262,16 @@ class RemoteBackend:
         self._audit.append(event)
         for listener in list(self._listeners):
             listener(event)
+
+
+def _read(convert: Callable[[Any], T], data: object, what: str) -> T:
+    """``convert(data)``; an UnreachableError when the admin API's answer is not one."""
+    if not isinstance(data, Mapping):
+        raise UnreachableError(f"the admin API's {what} is not a JSON object")
+    try:
+        return convert(data)
+    except ValueError as exc:
+        raise UnreachableError(f"the admin API's {what} is unreadable: {exc}") from None
 
 
 async def fetch_state(admin: AsyncAdmin) -> RemoteState:

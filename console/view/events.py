@@ -22,13 +22,16 @@ def event_line(e: Event) -> tuple[Cell, ...]:
     """``14:03:07Z ✔ console: r1: weight set to 2.5``; a change the router made itself is marked
     ``↺`` (a replica's state, with its reason), ``⇅`` (a tuner's change:
     ``⇅ tuner: v100-0: batch_size 256 -> 192 (engine queue 40 for 2 rounds)``) or ``⚠`` (panic
-    mode beginning, in the bad tone, or ending)."""
+    mode beginning, in the bad tone, or ending); a model rollout's step is marked ``⟳``
+    (``⟳ rollout: v0: HTTP 202 in 0.0 s``), or ``✖`` where it failed."""
     mark, tone = ("✔", Tone.OK) if e.ok else ("✖", Tone.BAD)
     text_tone = Tone.NORMAL if e.ok else Tone.BAD
     if e.kind == "state":
         mark, tone = "↺", Tone.ACCENT
     elif e.kind == "tune":
         mark, tone = "⇅", Tone.ACCENT
+    elif e.kind == "rollout" and e.ok:
+        mark, tone = "⟳", Tone.ACCENT
     elif e.kind == "panic":
         engaged = bool(e.args.get("engaged"))
         mark, tone = "⚠", Tone.BAD if engaged else Tone.OK

@@ -25,7 +25,10 @@
   the keys of the fleet file's ``rollout:``, over it; ``order`` may also be a list of
   replica ids), ``{"action": "pause" | "resume" | "abort" | "rollback"}`` steers it; answers
   its state: 200, 409 refused (one already going, a floor that cannot be kept, a step out of
-  turn), 400 when it cannot be read (a bad setting names its key). docs/rollouts.md.
+  turn), 400 when it cannot be read (a bad setting names its key). ``{"action": "plan", ...}``
+  with a start's keys starts nothing: it answers ``{"preview": ...}``, the plan with each
+  replica's capacity share and the settings in force (the console's confirmation), or the
+  refusal a start would get. docs/rollouts.md.
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
 case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
@@ -250,6 +253,10 @@ class AdminApi:
         data = await self._json_body(receive, headers)
         action, actor = data.get("action"), headers.get("x-actor") or "admin"
         try:
+            if action == "plan":
+                version, settings = _rollout_start(data)
+                await send_json(send, 200, {"preview": manager.preview(version, settings)})
+                return
             if action == "start":
                 version, settings = _rollout_start(data)
                 manager.start(version, settings, actor)
@@ -258,7 +265,8 @@ class AdminApi:
                     raise bad_request(f"`{action}` takes no other key than `action`")
                 await manager.act(str(action), actor)
             else:
-                raise bad_request(f"`action` must be one of {', '.join(ACTIONS)}", "action")
+                known = ", ".join(("plan", *ACTIONS))
+                raise bad_request(f"`action` must be one of {known}", "action")
         except ConfigError as exc:
             raise bad_request("; ".join(f"{p.key}: {p.message}" for p in exc.problems)) from None
         except RolloutError as exc:

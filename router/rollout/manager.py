@@ -15,13 +15,15 @@ from typing import Any
 
 import aiohttp
 
+from router.clock import monotonic
 from router.config.loader import parse_rollout_settings
+from router.config.schema import RolloutConfig, UpdaterConfig
 from router.control import ControlSurface
 from router.core import RouterCore
 from router.errors import RolloutError
-from router.replica import Replica
+from router.replica import Replica, ReplicaState
 from router.rollout.executor import Phase, Rollout, RolloutSpec
-from router.rollout.plan import Order
+from router.rollout.plan import Member, Order, plan_waves
 from router.rollout.probe import HttpServingProbe
 from router.rollout.updaters import build_updater
 
@@ -53,6 +55,45 @@ class RolloutManager:
     def start(self, version: str, settings: Mapping[str, Any], actor: str) -> Rollout:
         """Plan and start a rollout of ``version``; RolloutError when it is refused (one is
         going, the plan cannot keep the floor, no updater), ConfigError for a bad setting."""
+        spec, _ = self._spec(version, settings)
+        rollout = Rollout(
+            spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
+        )
+        self.current = rollout
+        rollout.start()
+        return rollout
+
+    def preview(self, version: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """What :meth:`start` would plan now, starting nothing (the console's confirmation):
+        the plan, each replica's share of the fleet's learned capacity, and the settings in
+        force; the same refusals as ``start``. ``prediction`` is None: nothing predicts yet."""
+        spec, config = self._spec(version, settings)
+        out = [r.id for r in self.core.pool if r.state is not ReplicaState.ACTIVE]
+        if out:
+            raise RolloutError(
+                f"{out[0]} is {self.core.replica(out[0]).state}; a rollout starts with every "
+                "replica in service (undrain or readmit it first)"
+            )
+        now = monotonic()  # the executor's clock, so the plan is the one start would make
+        capacity = {r.id: self.core.capacity.estimate(r, now).rate for r in self.core.pool}
+        plan = plan_waves([Member(rid, c) for rid, c in capacity.items()], spec.floor, spec.order)
+        total = sum(capacity.values())
+        return {
+            "version": version,
+            "plan": plan.to_dict(),
+            "shares": {rid: c / total for rid, c in capacity.items()},
+            "settings": {
+                "floor": spec.floor,
+                "order": spec.order if isinstance(spec.order, str) else list(spec.order),
+                "drain_timeout_s": spec.drain_timeout_s,
+                "on_drain_timeout": spec.on_drain_timeout,
+                "ready_timeout_s": spec.ready_timeout_s,
+                "updater": _updater_text(config.updater),
+            },
+            "prediction": None,
+        }
+
+    def _spec(self, version: str, settings: Mapping[str, Any]) -> tuple[RolloutSpec, RolloutConfig]:
         if self.current is not None and self.current.phase in _GOING:
             raise RolloutError(f"{self.current.id} is {self.current.phase}; one rollout at a time")
         own = dict(settings)
@@ -65,12 +106,7 @@ class RolloutManager:
         spec = RolloutSpec.from_config(config, version, build_updater(config.updater))
         if order is not None:
             spec = dataclasses.replace(spec, order=order)
-        rollout = Rollout(
-            spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
-        )
-        self.current = rollout
-        rollout.start()
-        return rollout
+        return spec, config
 
     async def act(self, action: str, actor: str) -> Rollout:
         """Pause, resume, abort or roll back the current rollout."""
@@ -103,6 +139,15 @@ class RolloutManager:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         return HttpServingProbe(self._session, _PROBE_TIMEOUT_S)
+
+
+def _updater_text(updater: UpdaterConfig | None) -> str:
+    """The updater in a few words; an HTTP body is left out (it may carry a credential)."""
+    if updater is not None and updater.command is not None:
+        return f"command: {updater.command.run}"
+    if updater is not None and updater.http is not None:
+        return f"http: {updater.http.method} {updater.http.url}"
+    return "none"
 
 
 def _explicit_order(order: object, settings: dict[str, Any]) -> Order | None:

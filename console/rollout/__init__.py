@@ -1,0 +1,10 @@
+"""Model rollouts in the console (docs/rollouts.md): start one, watch it, steer it.
+
+- ``model``: the rollout's preview and progress as the console reads them, from either
+  backend (the in-process manager's dict and the admin API's JSON have one shape).
+- ``form``: the version and the main settings, asked before anything is planned.
+- ``confirm``: the plan (waves, capacity shares, what stays in service), then confirm.
+- ``progress``: the live progress screen, with pause, resume, abort and rollback.
+"""
+
+__all__: list[str] = []
