@@ -67,5 +67,5 @@ async def test_the_demo_console_quits_by_itself_when_the_lab_process_dies(
             assert app.return_code == 0  # set by app.exit: the app is leaving
     finally:
         await demo.stop()
-    assert demo.lab_lost is not None
-    assert "killed by SIGKILL" in demo.lab_lost
+    assert demo.child_lost is not None
+    assert "killed by SIGKILL" in demo.child_lost

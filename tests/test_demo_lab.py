@@ -16,10 +16,10 @@ import pytest
 
 from router.config import load_fleet
 from router.demo import Demo, DemoLoad, DemoOptions
-from router.demo.lab_channel import (
+from router.demo.channel import (
     ClientTally,
-    LabFailed,
-    LabMessage,
+    StartFailed,
+    ChildMessage,
     LabPlan,
     LabReady,
     LoadStopped,
@@ -79,11 +79,11 @@ def lab_objects(besides: list[object] | None = None) -> list[object]:
 
 
 def test_every_message_of_the_channel_reads_back_as_it_was_written() -> None:
-    messages: list[LabMessage] = [
+    messages: list[ChildMessage] = [
         LabPlan("fleet.yaml", "mqtt://127.0.0.1:1883", 10.0, 3, DemoLoad(low=0.2), 2048),
         LabReady(45.8, (RateStep(150.0, 22.9), RateStep(150.0, 41.2)), 2, "http://h:1"),
-        LabFailed("os", "cannot bind", 98),
-        LabFailed("config", "not on loopback"),
+        StartFailed("os", "cannot bind", 98),
+        StartFailed("config", "not on loopback"),
         ClientTally({"completed": 4, "error": 1}, {"ServerDisconnectedError": 1}, 7),
         LoadStopped(ClientTally({"completed": 5}, {}, 0)),
         StartLoad("http://127.0.0.1:8000", 1234.5),
@@ -131,13 +131,13 @@ async def test_a_lab_killed_with_sigkill_is_reported_and_the_demo_stops(tmp_path
     """The demo hears of it at once, with how the lab ended, and its stop does not hang."""
     lost = asyncio.Event()
     async with started_demo(tmp_path, (free_port(), free_port())) as demo:
-        demo.on_lab_lost = lost.set
+        demo.on_child_lost = lost.set
         assert demo.lab_pid is not None
         os.kill(demo.lab_pid, signal.SIGKILL)
         await asyncio.wait_for(lost.wait(), WAIT_S)
-        assert demo.lab_lost is not None
-        assert "lab process" in demo.lab_lost
-        assert "killed by SIGKILL" in demo.lab_lost
+        assert demo.child_lost is not None
+        assert "lab process" in demo.child_lost
+        assert "killed by SIGKILL" in demo.child_lost
 
 
 async def test_the_headless_demo_exits_with_the_reason_when_its_lab_dies(
@@ -179,4 +179,4 @@ async def test_a_lab_that_cannot_start_fails_the_demo_with_its_own_error(tmp_pat
         await asyncio.wait_for(demo.start(), WAIT_S)
     assert demo.lab_pid is not None  # it ran in the lab's process
     assert not alive(demo.lab_pid)
-    assert demo.lab_lost is None  # a start error is not a lab lost while running
+    assert demo.child_lost is None  # a start error is not a lab lost while running
