@@ -5,9 +5,12 @@ child that dies, or a parent that dies, leaves nothing hanging or behind."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import gc
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,6 +36,7 @@ from router.demo.channel import (
 )
 from router.emulator import EmulatedFleet, EmulatedReplica
 from router.errors import GpuRouterError
+from router.http.server import ListenError
 from router.loadgen import LoadGenerator
 from router.telemetry.agent import NodeAgent
 from tests.demo_cli import (
@@ -228,3 +232,27 @@ async def test_a_lab_that_cannot_start_fails_the_demo_with_its_own_error(tmp_pat
     assert demo.lab_pid is not None  # it ran in the lab's process
     assert not alive(demo.lab_pid)
     assert demo.child_lost is None  # a start error is not a lab lost while running
+
+
+async def test_a_router_that_cannot_listen_fails_the_demo_with_the_listener_and_setting(
+    tmp_path: Path,
+) -> None:
+    """The router's process cannot take its admin address: the demo's start raises the same
+    ListenError it would in this process (so the command names the flag that moves it), and
+    no child is left."""
+    fleet = load_fleet(two_node_fleet(tmp_path, (free_port(), free_port())))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        options = dataclasses.replace(OPTIONS, admin_listen=address)
+        demo = Demo(fleet, options)
+        with pytest.raises(ListenError) as caught:
+            await asyncio.wait_for(demo.start(), WAIT_S)
+    assert (caught.value.listener, caught.value.address) == ("admin API", address)
+    assert caught.value.setting == "server.admin_listen"
+    assert caught.value.errno == errno.EADDRINUSE
+    assert demo.router_pid is not None
+    assert demo.lab_pid is not None
+    assert not alive(demo.router_pid)
+    assert not alive(demo.lab_pid)
