@@ -29,7 +29,8 @@ _START_TIMEOUT_S = 60.0
 """A child that has not said it is ready by then is not coming (the capacity measurement and
 the imports take a few seconds on a busy machine)."""
 _STOP_TIMEOUT_S = 8.0
-"""The lab's own stop: load 2 s, agents 1.5 s, then the replicas' listeners."""
+"""A child's own stop: the lab's load 2 s, agents 1.5 s, then the replicas' listeners; the
+router's subscriber, then half a second of grace for its requests."""
 _KILL_TIMEOUT_S = 2.0
 _STDERR_TAIL = 4096
 """Bytes of the child's stderr kept, to say what it died of."""

@@ -93,8 +93,8 @@ class LabHandle(Protocol):
 
 
 class Demo:
-    """Broker, lab (emulated fleet, node agents, load), and router, started and stopped
-    together."""
+    """Broker, lab (emulated fleet, node agents, load), and router, each in a process of
+    its own, started and stopped together."""
 
     def __init__(self, fleet: FleetConfig, options: DemoOptions | None = None) -> None:
         self.options = options or DemoOptions()
@@ -116,7 +116,8 @@ class Demo:
         self.router_ready: RouterReady | None = None
         self.tally = RunTally()
         self.on_child_lost: Callable[[], None] | None = None
-        """Called if the lab's process ends while the demo runs (:attr:`child_lost` says why)."""
+        """Called if the lab's or the router's process ends while the demo runs
+        (:attr:`child_lost` says why)."""
         self.child_lost: str | None = None
         self._final: ClientTally | None = None
         self._unsubscribe: Callable[[], None] | None = None
