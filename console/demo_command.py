@@ -338,6 +338,9 @@ async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
                 loop.call_soon(app.exit)
             with _signals(app.exit):
                 await app.run_async()
+    except GpuRouterError:
+        _raise_if_child_lost(demo)  # a router gone before the console attached: say why
+        raise
     finally:
         await demo.stop()
     if demo.started:
