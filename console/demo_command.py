@@ -40,8 +40,9 @@ ACTOR = "demo-console"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Start the embedded MQTT broker, an emulated fleet, a node agent per node, the router "
-        "and a bursty load, then the console (or --headless JSON lines). Round-robin first."
+        "Start the embedded MQTT broker, an emulated fleet with a node agent per node and a "
+        "bursty load, and the router, each in a process of its own, then the console attached "
+        "to the router (or --headless JSON lines). Round-robin first."
     )
     p.add_argument(
         "--fleet",
