@@ -1,15 +1,19 @@
 """Key-to-screen latency in the real demo at its default load (issue 15, point 5).
 
-    python bench/bench_demo_keys.py                  # the lab in a child, then in-process
+    python bench/bench_demo_keys.py                  # attached, then child (old vs new)
     python bench/bench_demo_keys.py --json           # the same, as one JSON object
-    python bench/bench_demo_keys.py --layouts child --presses 5 --warmup 20
+    python bench/bench_demo_keys.py --layouts attached --presses 5 --warmup 20
 
 Each layout runs the whole demo as ``gpurouter demo`` does: the embedded broker, the lab
 (emulated fleet of the default fleet file, one node agent per node, the open-loop load at
-0.5-0.9 of the fleet's capacity) and the router with its console (``App.run_test``, the real
-1 Hz refresh). ``child`` is the demo as shipped, its lab in a process of its own; ``in-process``
-runs the lab on the console's loop, as the demo did before (``DemoOptions(lab_in_process=
-True)``). The fleet file is the default one with its replicas moved to free loopback ports.
+0.5-0.9 of the fleet's capacity), the router, and the console (``App.run_test``, the real
+1 Hz refresh). ``attached`` is the demo as shipped: the lab and the router each in a process
+of its own, the console attached to the router's admin API (``gpurouter console --attach``'s
+backend, with the token), so the console's process holds only the console. ``child`` is the
+layout before it: the lab in a child, the router on the console's loop
+(``DemoOptions(router_in_process=True)``); ``in-process`` runs the lab there too, as the demo
+did before that (``DemoOptions(lab_in_process=True)``). The fleet file is the default one
+with its replicas moved to free loopback ports.
 
 After ``--warmup`` seconds (the load's first phase fills the fleet: several hundred requests
 in flight), each round presses ``s`` (the strategy picker), Escape, ``i`` (the selected
@@ -18,12 +22,13 @@ impact) and ``n`` (cancelled: nothing is drained), with a pause between keys tha
 at another phase of the refresh. A key's latency is from the key reaching the app (its
 driver, where a terminal's keys enter) to the last frame that changed what the terminal shows,
 frames encoded for the terminal as outside a test (bench/bench_console.py's
-``key_to_screen``), here with the whole data plane in the process, not a fake core. Also
-reported: requests in flight at the router (and at the load generator) at each key, the
-console process's CPU, how late the console's loop ran a 10 ms timer (its lag), the garbage
-collector's passes by generation (``gc.callbacks``), and the load average. ``child-young``
-is ``child`` with other collector thresholds (see ``LAYOUTS``). Bounded: ``--presses``
-rounds and ``--max-seconds`` of keys per layout.
+``key_to_screen``), here with the real data plane running, not a fake core. Also
+reported: requests in flight at the router (as the console last saw them: attached, its
+latest poll of the admin API) and at the load generator at each key, the console process's
+CPU (and the router process's, when it has one), how late the console's loop ran a 10 ms
+timer (its lag), the garbage collector's passes by generation (``gc.callbacks``), and the
+load average. ``child-young`` is ``child`` with other collector thresholds (see
+``LAYOUTS``). Bounded: ``--presses`` rounds and ``--max-seconds`` of keys per layout.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from bench_console import Paints, key_to_screen
 
 import console.app
 from console.app import ConsoleApp
-from console.demo_command import demo_app
+from console.demo_command import demo_console
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import ReplicaDetail
@@ -58,9 +63,9 @@ from console.screens.strategy_picker import StrategyPicker
 from router.config import load_fleet
 from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
 
-LAYOUTS = ("child", "in-process", "child-young")
-"""``child-young``: the demo as shipped but with the console's garbage collector thresholds at
-(5000, 10, 10): shorter young passes, more of them, and full passes."""
+LAYOUTS = ("attached", "child", "in-process", "child-young")
+"""``child-young``: ``child`` with the console's garbage collector thresholds at (5000, 10,
+10): shorter young passes, more of them, and full passes."""
 Done = Callable[[ConsoleApp], bool]
 
 
@@ -98,6 +103,8 @@ class Result:
     """The garbage collector's passes while the keys ran, by generation (``gc.callbacks``)."""
     console_cpu: float = 0.0
     """The console process's CPU over the keys' wall time (share of one core)."""
+    router_cpu: float | None = None
+    """The router process's, when the router has a process of its own."""
     loadavg: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """At the end of the layout's keys."""
 
@@ -134,13 +141,16 @@ async def run(layout: str, fleet_file: Path, args: argparse.Namespace) -> Result
         admin_listen="127.0.0.1:0",
         load=DemoLoad(low=args.low, high=args.high),
         lab_in_process=layout == "in-process",
+        router_in_process=layout in ("child", "child-young"),
     )
     demo = Demo(load_fleet(fleet_file), options)
     await demo.start()
     result = Result(layout, {name: [] for name, *_ in KEYS})
     try:
-        app = demo_app(demo)
-        async with app.run_test(size=(args.width, args.height)) as pilot:
+        async with (
+            demo_console(demo) as app,
+            app.run_test(size=(args.width, args.height)) as pilot,
+        ):
             paints = Paints(app)
             await pilot.pause()
             await asyncio.sleep(args.warmup)
@@ -153,17 +163,16 @@ async def run(layout: str, fleet_file: Path, args: argparse.Namespace) -> Result
 async def press_keys(
     app: ConsoleApp, paints: Paints, demo: Demo, result: Result, args: argparse.Namespace
 ) -> None:
-    assert demo.server is not None
-    core = demo.server.core
     lag = asyncio.create_task(measure_lag(result.lag_ms))
     watch = _gc_watch(result.gc_ms)
     gc.callbacks.append(watch)
     wall0, cpu0 = time.perf_counter(), time.process_time()
+    router0 = _cpu_s(demo.router_pid)
     deadline = wall0 + args.max_seconds
     try:
         for i in range(args.presses):
             for j, (name, key, char, done) in enumerate(KEYS):
-                result.in_flight.append(core.snapshot().in_flight)
+                result.in_flight.append(app.backend.snapshot().in_flight)
                 result.client_in_flight.append(demo.client_tally().in_flight)
                 ms = await key_to_screen(app, paints, key, char, _bound(done, app))
                 result.keys_ms[name].append(ms)
@@ -174,8 +183,24 @@ async def press_keys(
     finally:
         lag.cancel()
         gc.callbacks.remove(watch)
-        result.console_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+        wall = time.perf_counter() - wall0
+        result.console_cpu = (time.process_time() - cpu0) / wall
+        router1 = _cpu_s(demo.router_pid)
+        if router0 is not None and router1 is not None:
+            result.router_cpu = (router1 - router0) / wall
         result.loadavg = os.getloadavg()
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """CPU seconds ``pid`` has used (user and system, from /proc); None without one."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime and stime: the 14th and 15th fields of stat, the 12th and 13th after the name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _gc_watch(into: dict[int, list[float]]) -> Callable[[str, dict[str, int]], None]:
@@ -228,6 +253,9 @@ def summary(result: Result) -> dict[str, Any]:
             str(g): stats(ms) | {"total": round(sum(ms), 1)} for g, ms in result.gc_ms.items()
         },
         "console_cpu_percent": round(result.console_cpu * 100, 1),
+        "router_cpu_percent": None
+        if result.router_cpu is None
+        else round(result.router_cpu * 100, 1),
         "loadavg": [round(x, 2) for x in result.loadavg],
     }
 
@@ -241,7 +269,8 @@ def _spread(values: list[int]) -> dict[str, float]:
 def print_table(report: dict[str, Any]) -> None:
     print(
         f"Python {report['python']} on {report['cpus']} CPUs; load average "
-        f"{report['loadavg_start']} at start; size {report['size']}; "
+        f"{report['loadavg_start']} at start, {report['loadavg_end']} at the end; "
+        f"size {report['size']}; "
         f"{report['presses']} rounds after {report['warmup_s']:g} s of warm-up"
     )
     print("| layout | key | n | p50 ms | p90 ms | p99 ms | max ms |")
@@ -256,14 +285,16 @@ def print_table(report: dict[str, Any]) -> None:
     print()
     print(
         "| layout | in flight at the router (min/mean/max) | at the load generator "
-        "| console CPU (% of a core) | loop lag p50/p99/max ms | load average after |"
+        "| console CPU (% of a core) | router process CPU | loop lag p50/p99/max ms "
+        "| load average after |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for layout in report["layouts"]:
         f, c, lag = layout["in_flight"], layout["client_in_flight"], layout["loop_lag_ms"]
         print(
             f"| {layout['layout']} | {f['min']}/{f['mean']}/{f['max']} "
             f"| {c['min']}/{c['mean']}/{c['max']} | {layout['console_cpu_percent']} "
+            f"| {_or_dash(layout['router_cpu_percent'])} "
             f"| {lag['p50']:.0f}/{lag['p99']:.0f}/{lag['max']:.0f} | {layout['loadavg']} |"
         )
     print()
@@ -276,6 +307,10 @@ def print_table(report: dict[str, Any]) -> None:
                     f"| {layout['layout']} | {generation} | {g['n']} | {g['p50']:.1f} "
                     f"| {g['max']:.1f} | {g['total']:.0f} |"
                 )
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def one_layout(layout: str) -> dict[str, Any]:
@@ -304,7 +339,7 @@ def _without(argv: list[str], flag: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layouts", default="child,in-process", help=", ".join(LAYOUTS))
+    parser.add_argument("--layouts", default="attached,child", help=", ".join(LAYOUTS))
     parser.add_argument("--presses", type=int, default=7, help="rounds of the six keys")
     parser.add_argument("--warmup", type=float, default=30.0, help="seconds before the keys")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="keys per layout")
@@ -336,6 +371,7 @@ def main() -> None:
         # one run (threads, worker processes, garbage) weighs on the next.
         for layout in layouts:
             report["layouts"].extend(one_layout(layout)["layouts"])
+    report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
         print(json.dumps(report))
     else:

@@ -430,8 +430,8 @@ class ConsoleApp(App[None]):
         """Build the kept screens before their first key, one per idle moment after the
         dashboard is drawn: the first ``i`` at the demo's default load took 150 ms (compose,
         styles, and the stylesheet taking in the new widgets' CSS), every later one 25 ms."""
-        if not names or not self.is_running:
-            return
+        if not names or not self.is_running or self.return_code is not None:
+            return  # nothing left, or the app is leaving: its screens would mount nothing
         name, *rest = names
         if not self.is_screen_installed(name):
             screen = self._builders()[name]()

@@ -1,9 +1,11 @@
 """``gpurouter demo``: a live heterogeneous fleet being routed, with nothing installed.
 
-The composition lives in :mod:`router.demo` (broker, router, and the lab in a child process:
-emulated fleet, node agents, load); this module is its edge: options, the banner with the
-front door's address, the per-second lines of ``--headless``, the console otherwise, and
-errors as one line (a lab process that dies ends the demo with its reason, exit 1).
+The composition lives in :mod:`router.demo` (the broker, the lab and the router, each in a
+child process); this module is its edge: options, the banner with the front door's address
+and the admin API's token, the per-second lines of ``--headless`` (read from the router's
+admin API), the console otherwise (attached to the router's admin API, with its token, as
+``gpurouter console --attach`` is: this process holds what a production console holds), and
+errors as one line (a child process that dies ends the demo with its reason, exit 1).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
@@ -27,15 +29,20 @@ from router.errors import GpuRouterError
 
 if TYPE_CHECKING:
     from console.app import ConsoleApp
+    from console.attach.admin_http import AsyncAdmin
+    from console.backend import Backend
     from router.demo import Demo
 
 PROG = "gpurouter demo"
+ACTOR = "demo-console"
+"""Who the demo's console and headless lines are, in the router's audit trail."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Start the embedded MQTT broker, an emulated fleet, a node agent per node, the router "
-        "and a bursty load, then the console (or --headless JSON lines). Round-robin first."
+        "Start the embedded MQTT broker, an emulated fleet with a node agent per node and a "
+        "bursty load, and the router, each in a process of its own, then the console attached "
+        "to the router (or --headless JSON lines). Round-robin first."
     )
     p.add_argument(
         "--fleet",
@@ -68,7 +75,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Imported here: the HTTP and MQTT stacks are not needed to build the parser.
     from router.config import load_fleet
     from router.demo import Demo, DemoLoad, DemoOptions, default_fleet_path
-    from router.demo.lab_process import LabLostError
+    from router.demo.child_process import ChildLostError
 
     try:
         if args.duration is not None and args.duration <= 0:
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             asyncio.run(_headless(demo, args.duration, args.json, out, err))
         else:
             asyncio.run(_console(demo, args.duration, out))
-    except LabLostError as exc:
+    except ChildLostError as exc:
         err.write(f"{PROG}: {exc}\n")
         return 1
     except (GpuRouterError, ValueError) as exc:
@@ -111,14 +118,16 @@ def _fractions(text: str) -> tuple[float, float]:
 
 def banner(demo: Demo) -> list[str]:
     """Where to send requests and commands while the demo runs."""
-    front, admin = demo.front_url, demo.admin_url
+    front, admin, token = demo.front_url, demo.admin_url, demo.admin_token
     model = demo.fleet.model or demo.fleet.replicas[0].model
+    ctl = f"gpurouter ctl --admin {admin} strategy shortest-expected-delay"
     return [
         f"front door: {front}  (try: curl {front}/v1/completions -H 'Content-Type: "
         f'application/json\' -d \'{{"model": "{model}", "prompt": "hi", "max_tokens": 16}}\''
         f" / openai base_url={front}/v1)",
-        f"admin API: {admin}  (try: gpurouter ctl --admin {admin} strategy "
-        "shortest-expected-delay)",
+        f"admin API: {admin}  (try: {ctl})"
+        if token is None
+        else f"admin API: {admin}  token {token}  (try: GPUROUTER_ADMIN_TOKEN={token} {ctl})",
         f"telemetry: MQTT broker {demo.broker_url}, {demo.agent_count} node agents",
         f"load: {demo.options.load.low:g}-{demo.options.load.high:g} of the fleet's capacity "
         f"({demo.capacity_rps:.1f} req/s at time scale 1), "
@@ -133,32 +142,61 @@ async def _headless(
     demo: Demo, duration: float | None, as_json: bool, out: TextIO, err: TextIO
 ) -> None:
     stop = asyncio.Event()
-    demo.on_lab_lost = stop.set
+    demo.on_child_lost = stop.set
     with _signals(stop.set):
         try:
             await demo.start()
             say = err if as_json else out
             say.write("\n".join(banner(demo)) + "\n")
             say.flush()
-            await _lines(demo, duration, stop, lambda line: _print(line, as_json, out))
+            async with _admin(demo) as admin:
+                await _lines(demo, admin, duration, stop, lambda ln: _print(ln, as_json, out))
         finally:
             await demo.stop()
-    if demo.server is not None:
+    if demo.started:
         _print(demo.summary(), as_json, out)
-    _raise_if_lab_lost(demo)
+    _raise_if_child_lost(demo)
 
 
-def _raise_if_lab_lost(demo: Demo) -> None:
-    from router.demo.lab_process import LabLostError
+@contextlib.asynccontextmanager
+async def _admin(demo: Demo) -> AsyncIterator[AsyncAdmin]:
+    """The demo's router's admin API, and its audit trail followed into the run's tally
+    (the strategy switches of the summary) while in the block."""
+    from console.attach.admin_http import AsyncAdmin
+    from console.attach.events import EventCursor, follow_events
 
-    if demo.lab_lost is not None:
-        raise LabLostError(demo.lab_lost)
+    admin = AsyncAdmin(demo.admin_url, token=demo.admin_token, actor=ACTOR)
+    trail = asyncio.create_task(
+        follow_events(admin.follow, EventCursor(), demo.record_event, sleep=asyncio.sleep),
+        name="demo-events",
+    )
+    try:
+        yield admin
+    finally:
+        trail.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await trail
+        await admin.aclose()
+
+
+def _raise_if_child_lost(demo: Demo) -> None:
+    from router.demo.child_process import ChildLostError
+
+    if demo.child_lost is not None:
+        raise ChildLostError(demo.child_lost)
 
 
 async def _lines(
-    demo: Demo, duration: float | None, stop: asyncio.Event, emit: Callable[[dict[str, Any]], None]
+    demo: Demo,
+    admin: AsyncAdmin,
+    duration: float | None,
+    stop: asyncio.Event,
+    emit: Callable[[dict[str, Any]], None],
 ) -> None:
-    """One snapshot line per second of the run, until ``duration`` or ``stop``."""
+    """One line per second of the run, from the router's state as its admin API says it,
+    until ``duration`` or ``stop``; a second the router does not answer prints nothing."""
+    from console.attach.backend import fetch_state
+
     loop = asyncio.get_running_loop()
     second = 1
     while duration is None or second <= duration:
@@ -168,7 +206,12 @@ async def _lines(
                 await asyncio.wait_for(stop.wait(), wait)
         if stop.is_set():
             return
-        emit(demo.snapshot_line())
+        try:
+            state = await fetch_state(admin)
+        except GpuRouterError:
+            pass  # a router that went away is reported by the demo, with its reason
+        else:
+            emit(demo.snapshot_line(state.snapshot, state.telemetry))
         second += 1
 
 
@@ -221,13 +264,43 @@ def _by_strategy(values: dict[str, float], spec: str) -> str:
     return " (" + ", ".join(f"{name} {value:{spec}}" for name, value in values.items()) + ")"
 
 
-def demo_app(demo: Demo) -> ConsoleApp:
-    """The console on a started demo's router; Ctrl+C quits it as q does, and it quits by
-    itself if the demo's lab process dies."""
+@contextlib.asynccontextmanager
+async def demo_console(demo: Demo) -> AsyncIterator[ConsoleApp]:
+    """The console on a started demo's router, as ``gpurouter console --attach`` is: its
+    admin API with the token (full control), the state polled at the console's refresh
+    interval and the audit trail followed while in the block. Ctrl+C quits it as q does, and
+    it quits by itself if one of the demo's child processes dies. A router in this process
+    (an old layout, kept for the benchmark) is watched through the in-process backend."""
+    from console.attach.backend import attach
+
+    if not demo.started:
+        raise RuntimeError("start the demo before its console")
+    if demo.server is not None:
+        app = _demo_app(_local_backend(demo))
+        demo.on_child_lost = app.exit
+        yield app
+        return
+    remote = await attach(demo.admin_url, token=demo.admin_token, actor=ACTOR)
+    remote.front_url = demo.front_url
+    remote.notes = banner(demo)
+    # The summary's strategy switches, whoever gave them (this console, ctl, the API).
+    unsubscribe = remote.subscribe(demo.record_event)
+    try:
+        app = _demo_app(remote)
+        remote.interval = lambda: app.refresh_s
+        # A child that dies leaves nothing to watch: the console leaves, the command says why.
+        demo.on_child_lost = app.exit
+        await remote.start()
+        yield app
+    finally:
+        unsubscribe()
+        await remote.stop()
+
+
+def _demo_app(backend: Backend) -> ConsoleApp:
     from textual.binding import Binding, BindingType
 
     from console.app import ConsoleApp
-    from console.backend import ConsoleBackend
 
     class DemoApp(ConsoleApp):
         # Textual's own Ctrl+C only says how to quit; in the demo it quits.
@@ -236,41 +309,45 @@ def demo_app(demo: Demo) -> ConsoleApp:
             Binding("ctrl+c", "quit", show=False, priority=True),
         ]
 
+    return DemoApp(backend)
+
+
+def _local_backend(demo: Demo) -> Backend:
+    from console.backend import ConsoleBackend
+
     server = demo.server
-    if server is None:
-        raise RuntimeError("start the demo before its console")
-    backend = ConsoleBackend(
+    assert server is not None  # the caller checked
+    return ConsoleBackend(
         server.core,
         server.control,
         telemetry=demo.telemetry,
         front_url=demo.front_url,
         admin_url=demo.admin_url,
         notes=banner(demo),
-        actor="demo-console",
+        actor=ACTOR,
     )
-    app = DemoApp(backend)
-    # A lab that dies leaves nothing to watch: the console leaves, and the command says why.
-    demo.on_lab_lost = app.exit
-    return app
 
 
 async def _console(demo: Demo, duration: float | None, out: TextIO) -> None:
     try:
         await demo.start()
-        app = demo_app(demo)
-        loop = asyncio.get_running_loop()
-        if duration is not None:
-            loop.call_later(duration, app.exit)
-        if demo.lab_lost is not None:  # lost before the console was there to hear it
-            loop.call_soon(app.exit)
-        with _signals(app.exit):
-            await app.run_async()
+        async with demo_console(demo) as app:
+            loop = asyncio.get_running_loop()
+            if duration is not None:
+                loop.call_later(duration, app.exit)
+            if demo.child_lost is not None:  # lost before the console was there to hear it
+                loop.call_soon(app.exit)
+            with _signals(app.exit):
+                await app.run_async()
+    except GpuRouterError:
+        _raise_if_child_lost(demo)  # a router gone before the console attached: say why
+        raise
     finally:
         await demo.stop()
-    if demo.server is not None:
+    if demo.started:
         out.write(banner(demo)[0] + "\n")
         out.write("\n".join(summary_lines(demo.summary()["summary"])) + "\n")
-    _raise_if_lab_lost(demo)
+    _raise_if_child_lost(demo)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """``gpurouter demo --headless --json`` as a child process, as a user runs it, for the demo's
-end-to-end tests: start it, read its banner and its lines, find its lab process."""
+end-to-end tests: start it, read its banner and its lines, find its lab and router
+processes."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ async def demo_process(fleet: Path) -> AsyncIterator[asyncio.subprocess.Process]
 
 
 async def banner(proc: asyncio.subprocess.Process) -> dict[str, str]:
-    """The URLs the demo prints on stderr (with --json) before its first line."""
+    """The URLs the demo prints on stderr (with --json) before its first line, and the admin
+    API's token (``token``)."""
     urls: dict[str, str] = {}
     said: list[str] = []
     assert proc.stderr is not None
@@ -63,6 +65,8 @@ async def banner(proc: asyncio.subprocess.Process) -> dict[str, str]:
         key, _, rest = line.partition(": ")
         if key in ("front door", "admin API", "telemetry"):
             urls[key] = rest.split()[0] if key != "telemetry" else rest.split()[2].rstrip(",")
+        if key == "admin API" and rest.split()[1] == "token":
+            urls["token"] = rest.split()[2]
     return urls
 
 
@@ -76,12 +80,22 @@ async def next_line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
 
 def lab_children(pid: int) -> list[int]:
     """The demo's lab processes among the children of ``pid``."""
+    return children_running(pid, "router.demo.lab_child")
+
+
+def router_children(pid: int) -> list[int]:
+    """The demo's router processes among the children of ``pid``."""
+    return children_running(pid, "router.demo.router_child")
+
+
+def children_running(pid: int, module: str) -> list[int]:
+    """The children of ``pid`` running ``python -m module``."""
     found = []
     for child in children(pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"router.demo.lab_child" in cmdline:
+        if module.encode() in cmdline.split(b"\0"):
             found.append(child)
     return found

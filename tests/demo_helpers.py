@@ -3,6 +3,7 @@ tests (the process checks read /proc)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -70,3 +71,23 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports ``pid`` holds a listening socket on (IPv4 and IPv6, from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed while listed
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            listening = fields[3] == "0A"  # TCP_LISTEN
+            if listening and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports

@@ -13,7 +13,7 @@ import pytest
 
 from console.app import ConsoleApp
 from console.attach.admin_http import AsyncAdmin
-from console.attach.backend import RemoteBackend, fetch_state
+from console.attach.backend import DECISIONS_WANTED_POLLS, RemoteBackend, fetch_state
 from console.attach.events import EventCursor, Opened, follow_events
 from console.attach.link import Backoff, Link
 from console.attach.state import fleet_from_json
@@ -231,3 +231,44 @@ async def test_a_command_while_the_router_is_away_is_reported_not_sent() -> None
             assert any(m.startswith(f"cannot connect to {URL}") for m in messages)
     finally:
         await backend.admin.aclose()
+
+
+class Counting(Unplugged):
+    """The cable, counting the requests for each path."""
+
+    def __init__(self, api: AdminApi) -> None:
+        super().__init__(api)
+        self.asked: dict[str, int] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.asked[request.url.path] = self.asked.get(request.url.path, 0) + 1
+        return await super().handle_async_request(request)
+
+
+async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after() -> None:
+    """An open replica detail asks for its decisions at each refresh, and each poll fetches
+    them; once nobody has asked for a while (the detail is closed), the polls stop fetching
+    them: 200 decisions are hundreds of KB to rebuild each second on the console's loop."""
+    clock = ManualClock(10.0)
+    core = RouterCore(make_fleet(), clock=clock)
+    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
+    cable = Counting(api)
+    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
+    fleet = fleet_from_json(await admin.get("/admin/fleet"))
+    backend = RemoteBackend(
+        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
+    )
+    try:
+        for _ in range(3):  # the detail is open: it asks at each refresh
+            backend.decisions("r0")
+            await backend.poll()
+            clock.advance(1.0)
+        assert cable.asked["/admin/decisions"] == 3
+        clock.advance(DECISIONS_WANTED_POLLS * backend.interval())  # closed: nobody asks
+        for _ in range(3):
+            await backend.poll()
+            clock.advance(1.0)
+        assert cable.asked["/admin/decisions"] == 3
+        assert backend.decisions("r0") == []  # none kept from before
+    finally:
+        await admin.aclose()

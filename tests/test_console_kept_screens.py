@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Button, OptionList, Sparkline, Static
 
-from console.app import ConsoleApp
+from console.app import ConsoleApp, partial_detail
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import THRU_LABEL, TTFT_LABEL, ReplicaDetail
@@ -374,3 +374,19 @@ async def test_a_theme_change_leaves_no_screen_of_the_old_theme_running() -> Non
         new = [app.get_screen(name) for name in KEPT]
         assert all(screen.is_running for screen in new)
         assert not set(map(id, new)) & set(map(id, old))
+
+
+def test_a_kept_screen_mounted_as_the_app_closes_does_nothing() -> None:
+    """A kept screen registered just before the app leaves (the demo's console quits at once
+    when a child process dies) is composed while the app closes, and Textual then mounts none
+    of its widgets: its mount must leave it be rather than fail the app's exit."""
+    app = ConsoleApp(loaded_rig().backend)
+    styles = app.styles_now
+    screens: list[Screen[Any]] = [
+        StrategyPicker("round-robin"),
+        ReplicaDetail("r0", partial_detail(app, "r0"), styles),
+        ConfirmScreen("", (), styles, confirm_label="", danger=False),
+    ]
+    for screen in screens:
+        assert not screen.children  # nothing composed
+        screen.on_mount()  # type: ignore[attr-defined]  # each of the three defines it

@@ -1,10 +1,12 @@
-"""``gpurouter demo --headless`` end to end, as a user runs it: a child process with the
-router, and its own children, the embedded broker and the lab (emulated fleet, node agents,
-load); a strategy switch from ``gpurouter ctl``; Ctrl+C (SIGINT); nothing left behind."""
+"""``gpurouter demo --headless`` end to end, as a user runs it: a child process, and its own
+children, the embedded broker, the lab (emulated fleet, node agents, load) and the router; a
+strategy switch from ``gpurouter ctl`` with the token the banner shows; Ctrl+C (SIGINT);
+nothing left behind."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,13 +14,21 @@ from typing import Any
 
 import pytest
 
-from tests.demo_cli import ROOT, WAIT_S, banner, demo_process, lab_children, next_line
+from tests.demo_cli import (
+    ROOT,
+    WAIT_S,
+    banner,
+    demo_process,
+    lab_children,
+    next_line,
+    router_children,
+)
 from tests.demo_helpers import alive, children, free_port, port_free, two_node_fleet
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads children from /proc")
 
 
-async def ctl(admin: str, *args: str) -> tuple[int, str]:
+async def ctl(admin: str, token: str, *args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -28,6 +38,7 @@ async def ctl(admin: str, *args: str) -> tuple[int, str]:
         admin,
         *args,
         cwd=ROOT,
+        env={**os.environ, "GPUROUTER_ADMIN_TOKEN": token},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -46,14 +57,16 @@ async def test_demo_headless_routes_reports_telemetry_switches_and_stops_clean(
     tmp_path: Path,
 ) -> None:
     """Requests flow through the front door to the emulated replicas, MQTT telemetry reaches
-    the router, a ctl strategy switch shows in the next line, and Ctrl+C stops it all: exit
+    the router, a ctl strategy switch (with the token; refused
+    without) shows in the lines that follow, and Ctrl+C stops it all: exit
     0, nothing lost, the broker child reaped, every port free again."""
     replica_ports = (free_port(), free_port())
     async with demo_process(two_node_fleet(tmp_path, replica_ports)) as proc:
         urls = await banner(proc)
         demo_children = children(proc.pid)
-        assert len(demo_children) >= 2, "the broker and the lab run in child processes"
+        assert len(demo_children) >= 3, "the broker, the lab and the router run in children"
         assert len(lab_children(proc.pid)) == 1
+        assert len(router_children(proc.pid)) == 1
 
         line = await next_line(proc)
         assert line["strategy"] == "round-robin"  # whatever the fleet file says
@@ -62,9 +75,18 @@ async def test_demo_headless_routes_reports_telemetry_switches_and_stops_clean(
         assert line["telemetry"]["broker"] == "connected"
         assert set(line["replicas"]) == {"a100-0", "v100-0"}
 
-        code, said = await ctl(urls["admin API"], "strategy", "weighted-least-connections")
+        code, said = await ctl(urls["admin API"], "", "strategy", "round-robin")
+        assert code != 0, "the demo's admin API needs its token"
+        code, said = await ctl(
+            urls["admin API"], urls["token"], "strategy", "weighted-least-connections"
+        )
         assert code == 0, said
-        assert (await next_line(proc))["strategy"] == "weighted-least-connections"
+        # Lines printed while ctl ran may still wait in the pipe: the switch shows after them
+        # (the run's --duration bounds the wait).
+        line = await next_line(proc)
+        while line.get("strategy") == "round-robin":
+            line = await next_line(proc)
+        assert line.get("strategy") == "weighted-least-connections"
 
         proc.send_signal(signal.SIGINT)
         summary = (await next_line(proc))["summary"]

@@ -13,6 +13,7 @@ HEADLESS_MODULES = [
     "router.strategies",
     "router.config",
     "router.demo.lab_child",  # the demo's lab process: a fleet and its clients, no UI
+    "router.demo.router_child",  # the demo's router process, no UI
 ]
 
 

@@ -53,6 +53,9 @@ AUDIT_KEPT = 1000
 """Events kept for the console (it shows the newest 20 at start)."""
 DECISIONS_ASKED = 200
 """Newest routing decisions fetched while a replica's detail is open."""
+DECISIONS_WANTED_POLLS = 2.0
+"""Decisions are fetched while asked for within this many poll intervals: an open detail
+asks at each refresh; once it is closed (or the console paused) they are not fetched."""
 
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
@@ -80,6 +83,7 @@ class RemoteBackend:
         self.admin = admin
         self.fleet = fleet
         self.refusal: str | None = NO_TOKEN if read_only else None
+        self.clock = clock
         self.link = Link(admin.base_url, clock, backoff)
         self.front_url: str | None = None  # the admin API does not say where its front door is
         self.admin_url: str | None = admin.base_url
@@ -96,7 +100,7 @@ class RemoteBackend:
         """Where the event stream resumes: after the last event, in the backlog's run."""
         self._listeners: list[Callable[[Event], None]] = []
         self._decisions: list[Explanation] = []
-        self._decisions_wanted = False
+        self._decisions_asked_at: float | None = None
         self._rollout: RolloutProgress | None = None
         self._rollouts_served = True
         """False once the router answered 404 to /admin/rollout: it is not asked again."""
@@ -132,10 +136,12 @@ class RemoteBackend:
         return lambda: self._listeners.remove(listener)
 
     def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation]:
-        """As of the latest poll; asking makes the next polls fetch them, at once the first."""
-        if not self._decisions_wanted:
-            self._decisions_wanted = True
+        """As of the latest poll; asking makes the polls fetch them for as long as they are
+        asked for, at once when they were not."""
+        now = self.clock()
+        if not self._wants_decisions(now):
             self._wake.set()
+        self._decisions_asked_at = now
         out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
         return out[:limit]
 
@@ -222,8 +228,8 @@ class RemoteBackend:
             self.state = await fetch_state(self.admin)
             if self._rollouts_served:
                 await self._poll_rollout()
-            if self._decisions_wanted:
-                self._decisions = await fetch_decisions(self.admin)
+            wanted = self._wants_decisions(self.clock())
+            self._decisions = await fetch_decisions(self.admin) if wanted else []
         except GpuRouterError as exc:
             return self.link.failed(str(exc))
         self.link.answered()
@@ -253,6 +259,11 @@ class RemoteBackend:
             sleeping.cancel()
             woken.cancel()
 
+    def _wants_decisions(self, now: float) -> bool:
+        """Asked for recently: 200 decisions are 300 KB of JSON, rebuilt at each poll."""
+        asked = self._decisions_asked_at
+        return asked is not None and now - asked <= DECISIONS_WANTED_POLLS * self.interval()
+
     def _restarted(self, run: str) -> None:
         """The trail kept is the old run's: its numbers would mix with the new ones."""
         self._audit.clear()
@@ -277,7 +288,9 @@ def _read(convert: Callable[[Any], T], data: object, what: str) -> T:
 async def fetch_state(admin: AsyncAdmin) -> RemoteState:
     data = await admin.get("/admin/state", {"running": 1})
     try:
-        return state_from_json(data)
+        # Off the loop: with hundreds of requests running, the rebuild takes milliseconds
+        # that the console's keys would otherwise wait for (the thread yields the GIL).
+        return await asyncio.to_thread(state_from_json, data)
     except ValueError as exc:
         raise UnreachableError(
             f"the admin API's state is not what the console expects: {exc}"
@@ -290,9 +303,13 @@ async def fetch_decisions(admin: AsyncAdmin) -> list[Explanation]:
     try:
         if not isinstance(items, list):
             raise ValueError("no list of decisions")
-        return [rebuild(Explanation, item) for item in items]
+        return await asyncio.to_thread(_decisions_from, items)
     except ValueError as exc:
         raise UnreachableError(f"the admin API's decisions are unreadable: {exc}") from None
+
+
+def _decisions_from(items: list[Any]) -> list[Explanation]:
+    return [rebuild(Explanation, item) for item in items]
 
 
 async def attach(

@@ -79,6 +79,8 @@ class ConfirmScreen(ModalScreen[bool]):
         return body
 
     def on_mount(self) -> None:
+        if not self.children:
+            return  # composed while the app was closing: Textual mounted nothing
         # Cancel has the focus: a stray Enter must not drain a replica.
         self.query_one("#no", Button).focus()
         self._subscribe()

@@ -92,6 +92,8 @@ class ReplicaDetail(Screen[None]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
+        if not self.children:
+            return  # composed while the app was closing: Textual mounted nothing
         self.query_one("#decisions").border_title = "Recent decisions that chose it"
         self.query_one("#capacity").border_title = "Capacity"
         if self.refreshed is not None:

@@ -52,6 +52,8 @@ class StrategyPicker(ModalScreen[str | None]):
         return Group(Text(f"{mark} {name}{now}"), summary)
 
     def on_mount(self) -> None:
+        if not self.children:
+            return  # composed while the app was closing: Textual mounted nothing
         picker = self.query_one(OptionList)
         names = list(STRATEGIES)
         if self.current in names:

@@ -1,5 +1,5 @@
-"""``gpurouter demo`` without its UI: the broker, the router, and the lab (emulated fleet,
-node agents, load) in a process of its own (docs/demo.md)."""
+"""``gpurouter demo`` without its UI: the broker, the lab (emulated fleet, node agents, load)
+and the router, each in a process of its own (docs/demo.md)."""
 
 from router.demo.fleet_file import DEFAULT_FLEET, default_fleet_path
 from router.demo.load import DemoLoad

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from router.config.schema import FleetConfig
-from router.demo.lab_channel import ClientTally, LabPlan, LabReady, RateStep
+from router.demo.channel import ClientTally, LabPlan, LabReady, RateStep
 from router.demo.load import conv_mix, demo_capacity_rps, swing_phases, swinging_shots
 from router.loadgen import LoadGenerator, ShotResult
 from router.telemetry.connection import cancel_and_wait

@@ -3,13 +3,15 @@
 :class:`Demo` brings up, in this order, the MQTT broker (the embedded amqtt in a child
 process, or the fleet file's broker), the lab in a child process of its own
 (:mod:`router.demo.lab`: the emulated replicas on their endpoints' loopback ports and one
-node agent per node publishing the emulated GPUs over MQTT), the router (front door, admin
-API, telemetry subscriber) on this process's loop, and then the lab's open-loop load
-generator, sending real HTTP to the front door at a swinging, bursty rate. This process
-holds what a production console holds: the router (and the UI a front end puts on it).
-:meth:`Demo.stop` takes them down in the reverse order, each with a time limit, so that
-nothing (no process, no port) is left behind; a lab process that ends on its own is
-reported through :attr:`Demo.on_lab_lost`.
+node agent per node publishing the emulated GPUs over MQTT), the router in another child
+(:mod:`router.demo.router_child`: front door, admin API with a bearer token made for the
+run, telemetry subscriber), and then the lab's open-loop load generator, sending real HTTP
+to the front door at a swinging, bursty rate. This process holds what a production console
+holds: nothing of the router but its admin API's address and token (a front end attaches a
+console to it, or reads its state for the headless lines). :meth:`Demo.stop` takes them
+down in the reverse order, each with a time limit, so that nothing (no process, no port) is
+left behind; a child process that ends on its own is reported through
+:attr:`Demo.on_child_lost`.
 
 The router starts on round-robin whatever the fleet file says: on a mixed fleet the imbalance
 shows at once, and switching strategy shows the gain within seconds.
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from router.config.schema import FleetConfig, StrategyConfig
 from router.control import Event
-from router.demo.lab_channel import ClientTally, LabPlan, LabReady
+from router.demo.channel import ClientTally, LabPlan, LabReady, RouterPlan, RouterReady
 from router.demo.load import DemoLoad, offered_rps
 from router.demo.report import RunTally, StrategySwitch, snapshot_line
 from router.emulator.fleet import loopback_address
@@ -37,7 +39,9 @@ from router.telemetry.status import DISABLED, TelemetryStatus
 
 if TYPE_CHECKING:
     from router.demo.lab_process import LabProcess
+    from router.demo.router_process import RouterProcess
     from router.http.server import RouterServer
+    from router.snapshot import FleetSnapshot
     from router.telemetry.embedded_broker import EmbeddedBroker
     from router.telemetry.subscriber import TelemetrySubscriber
 
@@ -61,8 +65,16 @@ class DemoOptions:
     """The load generator's cap on requests in flight (more are counted not_sent)."""
     lab_in_process: bool = False
     """Run the lab on this process's loop, as the demo did before it had a process of its
-    own: kept for the benchmark that compares the two (bench/bench_demo_keys.py), not for
-    use."""
+    own (the router then runs here too): kept for the benchmark that compares the layouts
+    (bench/bench_demo_keys.py), not for use."""
+    router_in_process: bool = False
+    """Run the router on this process's loop, as the demo did before it had a process of
+    its own: kept for the benchmark that compares the layouts, not for use."""
+
+    @property
+    def router_here(self) -> bool:
+        """Whether the router runs in this process (an old layout, for the benchmark)."""
+        return self.router_in_process or self.lab_in_process
 
 
 class LabHandle(Protocol):
@@ -81,8 +93,8 @@ class LabHandle(Protocol):
 
 
 class Demo:
-    """Broker, lab (emulated fleet, node agents, load), and router, started and stopped
-    together."""
+    """Broker, lab (emulated fleet, node agents, load), and router, each in a process of
+    its own, started and stopped together."""
 
     def __init__(self, fleet: FleetConfig, options: DemoOptions | None = None) -> None:
         self.options = options or DemoOptions()
@@ -97,16 +109,22 @@ class Demo:
         self.ready: LabReady | None = None
         """What the lab said once started: capacity, load phases, agents, fault API."""
         self.server: RouterServer | None = None
+        """The router, when it runs in this process (an old layout, for the benchmark)."""
         self.subscriber: TelemetrySubscriber | None = None
+        self.router: RouterProcess | None = None
+        """The router's child process (the layout the demo ships)."""
+        self.router_ready: RouterReady | None = None
         self.tally = RunTally()
-        self.on_lab_lost: Callable[[], None] | None = None
-        """Called if the lab's process ends while the demo runs (:attr:`lab_lost` says why)."""
-        self.lab_lost: str | None = None
+        self.on_child_lost: Callable[[], None] | None = None
+        """Called if the lab's or the router's process ends while the demo runs
+        (:attr:`child_lost` says why)."""
+        self.child_lost: str | None = None
         self._final: ClientTally | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._t0 = time.monotonic()
         self._stopped = False
         self._outcomes_at_stop: dict[str, int] | None = None
+        self._final_outcomes: dict[str, int] | None = None
 
     # ---- what the front ends read ---------------------------------------------------------
 
@@ -116,12 +134,31 @@ class Demo:
         return self._t0
 
     @property
+    def started(self) -> bool:
+        """The router has started (its addresses are known)."""
+        return self.server is not None or self.router_ready is not None
+
+    @property
     def front_url(self) -> str:
+        if self.router_ready is not None:
+            return self.router_ready.front_url
         return self._server().front_url
 
     @property
     def admin_url(self) -> str:
+        if self.router_ready is not None:
+            return self.router_ready.admin_url
         return self._server().admin_url
+
+    @property
+    def admin_token(self) -> str | None:
+        """The admin API's bearer token (None for a router in this process without one)."""
+        return None if self.router is None else self.router.token
+
+    @property
+    def router_pid(self) -> int | None:
+        """The router's process, once started (None when it runs in this process)."""
+        return None if self.router is None else self.router.pid
 
     @property
     def capacity_rps(self) -> float:
@@ -168,13 +205,17 @@ class Demo:
         scale = self.options.time_scale
         return offered_rps(self.ready.phases, (time.monotonic() - self._t0) * scale) * scale
 
-    def snapshot_line(self) -> dict[str, Any]:
-        """The per-second JSON object; it is also added to the run's tally."""
-        snap = self._server().core.snapshot()
+    def snapshot_line(
+        self, snap: FleetSnapshot | None = None, status: TelemetryStatus | None = None
+    ) -> dict[str, Any]:
+        """The per-second JSON object, from the router's state as its admin API gave it
+        (``snap``, ``status``), or the router in this process; added to the run's tally."""
+        if snap is None:
+            snap, status = self._server().core.snapshot(), self.telemetry()
         line = snapshot_line(
             time.monotonic() - self._t0,
             snap,
-            self.telemetry(),
+            DISABLED if status is None else status,
             offered_rps=self.offered_rps(),
             client=self.client,
         )
@@ -182,7 +223,10 @@ class Demo:
         return line
 
     def summary(self) -> dict[str, Any]:
-        outcomes = {} if self.server is None else dict(self.server.core.snapshot().outcomes)
+        if self.server is not None:
+            outcomes = dict(self.server.core.snapshot().outcomes)
+        else:
+            outcomes = dict(self._final_outcomes or self._outcomes_at_stop or {})
         return self.tally.summary(
             time.monotonic() - self._t0,
             outcomes,
@@ -190,6 +234,13 @@ class Demo:
             self.client_errors,
             at_stop=self._outcomes_at_stop,
         )
+
+    async def _router_outcomes(self) -> dict[str, int] | None:
+        if self.server is not None:
+            return dict(self.server.core.snapshot().outcomes)
+        if self.router is not None and self.router_ready is not None:
+            return await self.router.outcomes(self.router_ready.admin_url)
+        return None
 
     def _server(self) -> RouterServer:
         if self.server is None:
@@ -209,11 +260,35 @@ class Demo:
             raise
 
     async def _start(self) -> None:
-        from router.http.server import RouterServer
-
         self.broker_url = await self._start_broker()
         self.lab = self._lab(self.broker_url)
         self.ready = await self.lab.start()
+        if self.options.router_here:
+            await self._start_router_here(self.broker_url)
+        else:
+            await self._start_router_child(self.broker_url)
+        self._t0 = time.monotonic()
+        self.lab.start_load(self.front_url, self._t0)
+
+    async def _start_router_child(self, broker_url: str) -> None:
+        from router.demo.router_process import RouterProcess, new_token
+        from router.http.admin import admin_token
+
+        plan = RouterPlan(
+            fleet_file=self._fleet_file(),
+            broker_url=broker_url,
+            strategy=START_STRATEGY,
+            listen=self.options.listen,
+            admin_listen=self.options.admin_listen,
+            # The fleet's own token when it names one (the operator's), else one for this run.
+            admin_token=admin_token(self.fleet) or new_token(),
+        )
+        self.router = RouterProcess(plan, on_lost=self._lost)
+        self.router_ready = await self.router.start()
+
+    async def _start_router_here(self, broker_url: str) -> None:
+        from router.http.server import RouterServer
+
         self.server = RouterServer(
             self.fleet,
             listen=self.options.listen,
@@ -221,10 +296,14 @@ class Demo:
             telemetry=self.telemetry,
         )
         await self.server.start()
-        self._unsubscribe = self.server.control.subscribe(self._on_event)
-        await self._start_subscriber(self.server, self.broker_url)
-        self._t0 = time.monotonic()
-        self.lab.start_load(self.server.front_url, self._t0)
+        self._unsubscribe = self.server.control.subscribe(self.record_event)
+        await self._start_subscriber(self.server, broker_url)
+
+    def _fleet_file(self) -> str:
+        source = self.fleet.source
+        if source is None:
+            raise GpuRouterError("the demo's children read the fleet from its file; give one")
+        return str(source)
 
     async def _start_broker(self) -> str:
         from router.telemetry.embedded_broker import EmbeddedBroker
@@ -235,30 +314,28 @@ class Demo:
         return await self.broker.start()
 
     def _lab(self, broker_url: str) -> LabHandle:
-        source = self.fleet.source
+        in_process = self.options.lab_in_process
         plan = LabPlan(
-            fleet_file="" if source is None else str(source),
+            fleet_file="" if in_process else self._fleet_file(),
             broker_url=broker_url,
             time_scale=self.options.time_scale,
             seed=self.options.seed,
             load=self.options.load,
             max_in_flight=self.options.max_in_flight,
         )
-        if self.options.lab_in_process:
+        if in_process:
             from router.demo.lab import Lab
 
             return Lab(self.fleet, plan)
-        if source is None:
-            raise GpuRouterError("the demo's lab process reads the fleet from its file; give one")
         from router.demo.lab_process import LabProcess
 
         self._lab_process = LabProcess(plan, on_lost=self._lost)
         return self._lab_process
 
     def _lost(self, reason: str) -> None:
-        self.lab_lost = reason
-        if self.on_lab_lost is not None:
-            self.on_lab_lost()
+        self.child_lost = reason
+        if self.on_child_lost is not None:
+            self.on_child_lost()
 
     async def _start_subscriber(self, server: RouterServer, broker_url: str) -> None:
         from router.telemetry.subscriber import TelemetrySubscriber
@@ -266,7 +343,9 @@ class Demo:
         self.subscriber = TelemetrySubscriber(self.fleet, server.core, broker=broker_url)
         await self.subscriber.start()
 
-    def _on_event(self, event: Event) -> None:
+    def record_event(self, event: Event) -> None:
+        """An audit event of the router: a strategy switch goes into the run's tally (a
+        front end attached to the router's child passes them on from its event stream)."""
         if event.kind == "strategy" and event.ok:
             switch = StrategySwitch(
                 time.monotonic() - self._t0, str(event.args.get("name")), event.actor
@@ -278,11 +357,13 @@ class Demo:
         if self._stopped:
             return
         self._stopped = True
-        if self.server is not None:
-            # From here on, what ends otherwise than completed ends because of the stop.
-            self._outcomes_at_stop = dict(self.server.core.snapshot().outcomes)
+        # From here on, what ends otherwise than completed ends because of the stop.
+        self._outcomes_at_stop = await self._router_outcomes()
         if self.lab is not None:
             self._final = await self.lab.stop_load()
+        if self.router is not None:
+            self._final_outcomes = await self._router_outcomes()
+            await self.router.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self.subscriber is not None:

@@ -1,14 +1,15 @@
-"""What the demo's console process and its lab process say to each other: JSON lines.
+"""What the demo's console process and its children say to each other: JSON lines.
 
-The lab (emulated fleet, node agents, load generator) runs in a child process
-(:mod:`router.demo.lab_child`); the parent writes to the child's stdin and reads its stdout,
-one JSON object per line, each with a ``type``:
+The lab (emulated fleet, node agents, load generator) and the router run in child processes
+of their own (:mod:`router.demo.lab_child`, :mod:`router.demo.router_child`); the parent
+writes to a child's stdin and reads its stdout, one JSON object per line, each with a
+``type``. Closing a child's stdin (or the parent dying) stops it.
 
-- parent to child: :class:`LabPlan` (first line), then :class:`StartLoad` and
-  :class:`StopLoad`; closing stdin (or the parent dying) stops the lab;
-- child to parent: :class:`LabReady` or :class:`LabFailed` once started, :class:`ClientTally`
-  a few times a second while the load runs, and :class:`LoadStopped` after a
-  :class:`StopLoad`.
+- to the lab: :class:`LabPlan` (first line), then :class:`StartLoad` and :class:`StopLoad`;
+  from it: :class:`LabReady` or :class:`StartFailed` once started, :class:`ClientTally` a few
+  times a second while the load runs, and :class:`LoadStopped` after a :class:`StopLoad`;
+- to the router: :class:`RouterPlan` (its only line); from it: :class:`RouterReady` or
+  :class:`StartFailed`. Everything else goes through its admin API, as to any router.
 
 Plain JSON rather than pickles: the fleet travels as its file's path (the child reads the
 same file), and everything else is numbers, strings and counts.
@@ -23,13 +24,15 @@ from typing import Any, Literal
 from router.demo.load import DemoLoad
 
 __all__ = [
+    "ChildMessage",
     "ClientTally",
-    "LabFailed",
-    "LabMessage",
     "LabPlan",
     "LabReady",
     "LoadStopped",
     "RateStep",
+    "RouterPlan",
+    "RouterReady",
+    "StartFailed",
     "StartLoad",
     "StopLoad",
     "decode",
@@ -70,12 +73,37 @@ class LabReady:
 
 
 @dataclass(frozen=True, slots=True)
-class LabFailed:
-    """The lab could not start: ``os`` for a port it could not take, ``config`` otherwise."""
+class RouterPlan:
+    """Everything the demo's router needs to start (the strategy is the demo's own)."""
+
+    fleet_file: str
+    broker_url: str
+    strategy: str
+    listen: str | None
+    admin_listen: str | None
+    admin_token: str
+    """The admin API's bearer token: the parent made it, and the pipe is private to the two
+    processes (an argument or an environment variable can be read by others)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterReady:
+    front_url: str
+    admin_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailed:
+    """A child could not start: ``os`` for a port it could not take, ``config`` otherwise."""
 
     kind: Literal["os", "config"]
     message: str
     errno: int | None = None
+    listener: str | None = None
+    """For a listener that could not take its address (``front door``, ``admin API``): which
+    one, the address and the setting that moves it, so the parent says which flag to use."""
+    address: str | None = None
+    setting: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,27 +135,39 @@ class StopLoad:
     pass
 
 
-LabMessage = LabPlan | LabReady | LabFailed | ClientTally | LoadStopped | StartLoad | StopLoad
+ChildMessage = (
+    LabPlan
+    | LabReady
+    | StartFailed
+    | ClientTally
+    | LoadStopped
+    | StartLoad
+    | StopLoad
+    | RouterPlan
+    | RouterReady
+)
 
-_TYPES: dict[str, type[LabMessage]] = {
+_TYPES: dict[str, type[ChildMessage]] = {
     "plan": LabPlan,
     "ready": LabReady,
-    "failed": LabFailed,
+    "failed": StartFailed,
     "tally": ClientTally,
     "load_stopped": LoadStopped,
     "start_load": StartLoad,
     "stop_load": StopLoad,
+    "router_plan": RouterPlan,
+    "router_ready": RouterReady,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 
 
-def encode(message: LabMessage) -> bytes:
+def encode(message: ChildMessage) -> bytes:
     """One line of JSON, newline included."""
     body = {"type": _NAMES[type(message)], **asdict(message)}
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
 
 
-def decode(line: bytes) -> LabMessage:
+def decode(line: bytes) -> ChildMessage:
     """The message on ``line``; ValueError if it is not one."""
     body = json.loads(line)
     if not isinstance(body, dict) or body.get("type") not in _TYPES:
@@ -139,7 +179,7 @@ def decode(line: bytes) -> LabMessage:
         raise ValueError(f"a malformed {kind.__name__}: {exc}") from None
 
 
-def _build(kind: type[LabMessage], body: dict[str, Any]) -> LabMessage:
+def _build(kind: type[ChildMessage], body: dict[str, Any]) -> ChildMessage:
     """The nested dataclasses back from their dicts (asdict flattened them)."""
     if kind is LabPlan:
         return LabPlan(**{**body, "load": DemoLoad(**body["load"])})
