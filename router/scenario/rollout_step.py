@@ -36,9 +36,10 @@ ROLLOUT_KEYS = (
     "on_drain_timeout",
     "ready_timeout_s",
     "check_interval_s",
+    "load_estimate_s",
     "updater",
 )
-_TIMES = ("drain_timeout_s", "ready_timeout_s", "check_interval_s")
+_TIMES = ("drain_timeout_s", "ready_timeout_s", "check_interval_s", "load_estimate_s")
 """Settings in scenario seconds: shortened by the time scale live, as the router's timers are."""
 
 Problem = tuple[int | None, str, str]
