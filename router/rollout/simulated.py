@@ -115,6 +115,8 @@ class SimulatedRollout(CoreListener):
 
     def start(self) -> None:
         """Begin now (the simulator's clock); the waves follow on their own."""
+        self.started_at = self.sim.clock.now
+        self._lowest = self._share_now()
         self.core.listeners.append(self)
         self.meter = RolloutMeter(self.core)
         self._note(self.actor, "start", f"{self.id}: {self.spec.version}, {self._plan_text()}")
