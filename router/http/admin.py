@@ -25,7 +25,9 @@
   the keys of the fleet file's ``rollout:``, over it; ``order`` may also be a list of
   replica ids), ``{"action": "pause" | "resume" | "abort" | "rollback"}`` steers it; answers
   its state: 200, 409 refused (one already going, a floor that cannot be kept, a step out of
-  turn), 400 when it cannot be read (a bad setting names its key). docs/rollouts.md.
+  turn), 400 when it cannot be read (a bad setting names its key). ``{"action": "preview",
+  "version", "settings"}`` answers ``{"preview": ...}``, the plan and the simulator's
+  prediction, starting nothing (refused as a start would be). docs/rollouts.md.
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
 case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
@@ -249,10 +251,14 @@ class AdminApi:
         manager = self._rollouts()
         data = await self._json_body(receive, headers)
         action, actor = data.get("action"), headers.get("x-actor") or "admin"
+        preview = None
         try:
             if action == "start":
                 version, settings = _rollout_start(data)
                 manager.start(version, settings, actor)
+            elif action == "preview":
+                version, settings = _rollout_start(data)
+                preview = await manager.preview(version, settings)
             elif action in ACTIONS:
                 if set(data) - {"action"}:
                     raise bad_request(f"`{action}` takes no other key than `action`")
@@ -264,6 +270,9 @@ class AdminApi:
         except RolloutError as exc:
             note_reason(send, "command_refused")
             raise HttpError(409, str(exc), code="rollout_refused") from None
+        if preview is not None:
+            await send_json(send, 200, {"preview": preview.to_dict()})
+            return
         await send_json(send, 200, {"rollout": manager.status()})
 
     async def _json_body(

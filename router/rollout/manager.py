@@ -1,14 +1,20 @@
 """One router's rollouts: at most one going at a time, the latest kept for its status.
 
-The admin API (and later the console and scenarios) talk to this, not to the executor: it
+The admin API (and the console and scenarios) talk to this, not to the executor: it
 builds a :class:`~router.rollout.executor.RolloutSpec` from the fleet file's ``rollout:``
 section and the command's own settings, gives the rollout an HTTP probe and the router's
 served-model table, and turns the operator's words (pause, resume, abort, rollback) into the
 executor's calls.
+
+:meth:`RolloutManager.preview` answers what a start would do and cost without starting
+anything (the plan and the simulator's prediction, router/rollout/preview.py); a started
+rollout keeps its prediction and is measured by the router's own accounting
+(router/rollout/meter.py), so its status sets the two side by side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,18 +22,24 @@ from typing import Any
 import aiohttp
 
 from router.config.loader import parse_rollout_settings
+from router.config.schema import RolloutConfig
 from router.control import ControlSurface
 from router.core import RouterCore
 from router.errors import RolloutError
 from router.replica import Replica
 from router.rollout.executor import Phase, Rollout, RolloutSpec
+from router.rollout.meter import RolloutMeter
 from router.rollout.plan import Order
+from router.rollout.predict import FleetState, Prediction, fleet_state, predict
+from router.rollout.preview import RolloutPreview, live_plan, sim_spec
 from router.rollout.probe import HttpServingProbe
-from router.rollout.updaters import build_updater
+from router.rollout.simulated import SimRolloutSpec
+from router.rollout.templates import VERSION_NAME
+from router.rollout.updaters import Target, build_updater
 
 __all__ = ["ACTIONS", "RolloutManager"]
 
-ACTIONS = ("start", "pause", "resume", "abort", "rollback")
+ACTIONS = ("start", "preview", "pause", "resume", "abort", "rollback")
 _GOING = frozenset({Phase.RUNNING, Phase.PAUSED, Phase.ROLLING_BACK})
 _PROBE_TIMEOUT_S = 10.0
 
@@ -45,16 +57,71 @@ class RolloutManager:
         self.learn = learn
         self.current: Rollout | None = None
         """The rollout going on, or the last one (None before the first)."""
+        self.prediction: Prediction | None = None
+        """What the simulator predicted for the current rollout (None while it works)."""
+        self.prediction_error: str | None = None
+        self.meter: RolloutMeter | None = None
+        """What the current rollout costs the traffic, by the router's own accounting."""
+        self._predicting: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
 
     def status(self) -> dict[str, Any] | None:
-        return None if self.current is None else self.current.status().to_dict()
+        """The current (or last) rollout's state and progress, with its prediction (None
+        while it is worked out, or when it could not be) and what it has cost the traffic so
+        far (``measured``; final once it ended and the requests that arrived during it did)."""
+        if self.current is None:
+            return None
+        status = self.current.status()
+        out = status.to_dict()
+        out["prediction"] = None if self.prediction is None else self.prediction.to_dict()
+        if self.prediction_error is not None:
+            out["prediction_error"] = self.prediction_error
+        meter = self.meter
+        out["measured"] = None if meter is None else meter.figures(status.capacity_lowest).to_dict()
+        return out
 
     def start(self, version: str, settings: Mapping[str, Any], actor: str) -> Rollout:
         """Plan and start a rollout of ``version``; RolloutError when it is refused (one is
-        going, the plan cannot keep the floor, no updater), ConfigError for a bad setting."""
+        going, the plan cannot keep the floor, no updater, not a model name), ConfigError for
+        a bad setting. Its prediction is worked out beside it (in a thread: the router goes
+        on) from the fleet as it was at the start, and its cost to the traffic measured."""
         if self.current is not None and self.current.phase in _GOING:
             raise RolloutError(f"{self.current.id} is {self.current.phase}; one rollout at a time")
+        spec, config = self._spec(version, settings)
+        state = fleet_state(self.core)  # before the first drain changes it
+        rollout = Rollout(
+            spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
+        )
+        self.current = rollout
+        self.prediction, self.prediction_error = None, None
+        meter = RolloutMeter(self.core)
+        self.meter = meter
+        rollout.start().add_done_callback(lambda _: meter.close())
+        self._predicting = asyncio.create_task(
+            self._predict(rollout, state, sim_spec(spec, config))
+        )
+        return rollout
+
+    async def preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
+        """The plan and the prediction of a rollout of ``version`` with ``settings`` (the
+        keys of the fleet file's ``rollout:``, as :meth:`start` takes them), as it would run
+        now; nothing is started, drained or recorded. Refused as :meth:`start` refuses it:
+        RolloutError (the plan cannot keep the floor, a replica is out of service, no
+        updater, not a model name), ConfigError for a bad setting. The prediction runs in a
+        thread, bounded (router/rollout/predict.py's ``Budget``: a few seconds at most)."""
+        spec, config = self._spec(version, settings)
+        plan = live_plan(self.core, spec)
+        state = fleet_state(self.core)
+        prediction = await asyncio.to_thread(predict, state, sim_spec(spec, config))
+        r = self.core.pool.replicas[0]
+        target = Target(r.id, r.config.node, r.config.endpoint, version)
+        return RolloutPreview(
+            version, plan, prediction, config.load_estimate_s, spec.updater.describe(target)
+        )
+
+    def _spec(self, version: str, settings: Mapping[str, Any]) -> tuple[RolloutSpec, RolloutConfig]:
+        if not isinstance(version, str) or not VERSION_NAME.match(version):
+            raise RolloutError(f"{version!r} is not a model name such as org/model-v2")
         own = dict(settings)
         order = _explicit_order(own.pop("order", None), own)
         config = parse_rollout_settings(own, self.core.fleet.rollout)
@@ -65,12 +132,17 @@ class RolloutManager:
         spec = RolloutSpec.from_config(config, version, build_updater(config.updater))
         if order is not None:
             spec = dataclasses.replace(spec, order=order)
-        rollout = Rollout(
-            spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
-        )
-        self.current = rollout
-        rollout.start()
-        return rollout
+        return spec, config
+
+    async def _predict(self, rollout: Rollout, state: FleetState, spec: SimRolloutSpec) -> None:
+        prediction: Prediction | None = None
+        error: str | None = None
+        try:
+            prediction = await asyncio.to_thread(predict, state, spec)
+        except RolloutError as exc:  # the simulated plan refused what the live one took
+            error = str(exc)
+        if self.current is rollout:
+            self.prediction, self.prediction_error = prediction, error
 
     async def act(self, action: str, actor: str) -> Rollout:
         """Pause, resume, abort or roll back the current rollout."""
@@ -95,6 +167,8 @@ class RolloutManager:
         with this router) and close the probe's session."""
         if self.current is not None:
             await self.current.cancel()
+        if self._predicting is not None:
+            await asyncio.gather(self._predicting, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None

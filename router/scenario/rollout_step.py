@@ -84,6 +84,11 @@ class RolloutStep:
             body: dict[str, Any] = {"version": "{version}", "aliases": [stable_name]}
             if self.emulator.load_s is not None:
                 body["load_s"] = self.emulator.load_s
+            # The prediction counts the switch's own load time (wall seconds, as the rest).
+            from router.emulator.versions import DEFAULT_LOAD_S  # a live run has the emulator
+
+            load_s = DEFAULT_LOAD_S if self.emulator.load_s is None else self.emulator.load_s
+            out["load_estimate_s"] = load_s / time_scale
             out["updater"] = {
                 "http": {
                     "url": f"{control_url}/versions/{{replica}}",

@@ -16,7 +16,6 @@ from router.control import ControlSurface
 from router.loadgen import Shot
 from router.request import Priority, Request
 from router.scenario.recording import Recorder, sample_line
-from router.scenario.rollout_report import rollout_summary
 from router.scenario.report import (
     Emit,
     RunReport,
@@ -25,6 +24,7 @@ from router.scenario.report import (
     finish_run,
     note_action,
 )
+from router.scenario.rollout_report import rollout_summary
 from router.scenario.schema import Action, Scenario
 from router.scenario.sim_rollout import SimScenarioRollout
 from router.scenario.workload import Workload

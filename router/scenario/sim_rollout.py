@@ -14,7 +14,6 @@ from typing import Any, cast
 from router.config.loader import parse_rollout_settings
 from router.config.schema import FleetConfig
 from router.control import ControlSurface
-from router.emulator.versions import DEFAULT_LOAD_S
 from router.errors import ConfigError, RolloutError
 from router.rollout.plan import Order
 from router.rollout.simulated import SimRolloutSpec, SimulatedRollout
@@ -37,6 +36,9 @@ def sim_spec(step: RolloutStep, fleet: FleetConfig, stable_name: str) -> SimRoll
     config = parse_rollout_settings(own, fleet.rollout)
     order = cast(Order, tuple(raw_order) if isinstance(raw_order, list) else config.order)
     if step.emulator is not None:
+        # Here, not at the top: the emulator package brings its HTTP server along.
+        from router.emulator.versions import DEFAULT_LOAD_S
+
         load_s = DEFAULT_LOAD_S if step.emulator.load_s is None else step.emulator.load_s
         aliases: tuple[str, ...] = (stable_name,)
     else:

@@ -1,0 +1,77 @@
+"""A rollout shown before it starts: its plan and what the simulator predicts it will cost.
+
+:func:`live_plan` is the plan a rollout would run now (the same checks as the executor: every
+replica in service, the floor kept on the learned capacities); :func:`sim_spec` is the
+simulated rollout of the same settings, whose load time is the settings' ``load_estimate_s``
+(a command or HTTP updater's real time is not known before it runs).
+:class:`RolloutPreview` is the pair the admin API's ``preview``, ``gpurouter ctl rollout start
+--dry-run`` and the console's confirmation show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from router.config.schema import RolloutConfig
+from router.core import RouterCore
+from router.errors import RolloutError
+from router.replica import ReplicaState
+from router.rollout.executor import RolloutSpec
+from router.rollout.plan import Member, Plan, plan_waves
+from router.rollout.predict import Prediction
+from router.rollout.simulated import SimRolloutSpec
+
+__all__ = ["RolloutPreview", "live_plan", "sim_spec"]
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPreview:
+    """What a rollout would do, and what it is predicted to cost, before it starts."""
+
+    version: str
+    plan: Plan
+    """The waves, in order, each with the share of capacity it leaves in service."""
+    prediction: Prediction
+    """The simulator's forecast: lowest capacity in service, peak router queue, p99 TTFT of
+    the requests arriving during it, and its duration."""
+    load_s: float
+    """Each replica's time out of service the prediction counts (``load_estimate_s``)."""
+    updater: str
+    """How each replica would be updated, in words (the first replica's command or request)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "plan": self.plan.to_dict(),
+            "prediction": self.prediction.to_dict(),
+            "load_s": self.load_s,
+            "updater": self.updater,
+        }
+
+
+def live_plan(core: RouterCore, spec: RolloutSpec) -> Plan:
+    """The plan a rollout of ``spec`` would run on ``core`` now; RolloutError (PlanError)
+    when it would be refused: a replica out of service, the floor out of reach."""
+    out = [r for r in core.pool if r.state is not ReplicaState.ACTIVE]
+    if out:
+        raise RolloutError(
+            f"{out[0].id} is {out[0].state}; a rollout starts with every replica in service "
+            "(undrain or readmit it first)"
+        )
+    now = core.clock()
+    members = [Member(r.id, core.capacity.estimate(r, now).rate) for r in core.pool]
+    return plan_waves(members, spec.floor, spec.order)
+
+
+def sim_spec(spec: RolloutSpec, config: RolloutConfig) -> SimRolloutSpec:
+    """The simulated rollout of ``spec``, out of service for ``config.load_estimate_s``."""
+    return SimRolloutSpec(
+        version=spec.version,
+        load_s=config.load_estimate_s,
+        floor=spec.floor,
+        order=spec.order,
+        drain_timeout_s=spec.drain_timeout_s,
+        on_drain_timeout=spec.on_drain_timeout,
+        check_interval_s=spec.check_interval_s,
+    )
