@@ -255,11 +255,13 @@ class _Arrivals:
         if self.count >= self.cap:
             self.cut = True
             raise StopIteration
-        self.count += 1
-        if self.count <= self._backlog:
+        if self.count < self._backlog:
             p, o = self.mix.sample(self.rng)
-            return Arrival(0.0, p, o, o)
-        return next(self._poisson)
+            a = Arrival(0.0, p, o, o)
+        else:
+            a = next(self._poisson)
+        self.count += 1
+        return a
 
 
 class _SettledError(Exception):
