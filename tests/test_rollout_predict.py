@@ -45,9 +45,7 @@ def test_an_h100_out_is_a_deeper_dip_than_an_l4_out(tmp_path: Path) -> None:
     """The same three A100s beside an H100 or beside an L4, at the same load of each fleet:
     the H100's wave leaves far less in service, and the traffic waits longer for it."""
     a100s = ["a100-0", "a100-1", "a100-2"]
-    with_h100 = predict(
-        _state(tmp_path, ["h100-0", *a100s], 0.45), _spec(0.45, ("h100-0", *a100s))
-    )
+    with_h100 = predict(_state(tmp_path, ["h100-0", *a100s], 0.45), _spec(0.45, ("h100-0", *a100s)))
     with_l4 = predict(_state(tmp_path, ["l4-0", *a100s], 0.45), _spec(0.45, ("l4-0", *a100s)))
     dip_h100, dip_l4 = with_h100.figures, with_l4.figures
     assert dip_h100.capacity_lowest < 0.6 < dip_l4.capacity_lowest
@@ -95,5 +93,6 @@ def test_the_requests_in_flight_now_are_in_the_prediction(tmp_path: Path) -> Non
 
 def test_a_floor_that_cannot_be_kept_is_refused_as_a_live_start_is(tmp_path: Path) -> None:
     state = _state(tmp_path, ["h100-0", "a100-0", "l4-0"], 0.3)
-    with pytest.raises(RolloutError, match=r"alone is \d+% of the fleet's capacity.* under the floor of 75%"):
+    refused = r"alone is \d+% of the fleet's capacity.* under the floor of 75%"
+    with pytest.raises(RolloutError, match=refused):
         predict(state, SimRolloutSpec("llama-v2", load_s=5.0, floor=0.75))
