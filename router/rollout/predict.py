@@ -15,15 +15,18 @@ learned one (``prior_rate / rate`` of router/capacity.py's estimate, both on the
 replica served), so a card slower than its datasheet, or an emulator run at a time scale,
 is simulated at the speed the router sees.
 
-**Bounded**: the simulated span is capped by a number of requests (``Budget.requests``,
-10,000 by default, about 2.5 s on one core of a small machine for a 12-replica fleet; the
-simulator runs some thousands of requests per second of wall time on
-one core). A rollout that would need more is simulated with each replica's time out of
-service shortened to fit (``Prediction.shortened``; never under ``Budget.min_out_s``): the
-dip and the peak of a wave are reached within seconds while the fleet keeps up, and the
-duration is then the simulated one plus the time taken off. When the capacity left in a
-wave is below the arrival rate the queue grows for the whole load time and the prediction
-says so (``Prediction.overloaded``): its peak queue is then a lower bound.
+**Bounded** by what is simulated, never by the wall clock: at most ``Budget.requests``
+arrivals (10,000 by default; the simulator takes some thousands a second on one core, so a
+12-replica fleet answers in about 1.5 s), arrivals end with the rollout, and the run ends
+once every request that arrived during it has ended (``Budget.tail_s`` at most). The
+performance model is not run again on the simulated mix (a tenth of a second or more each
+time, most of a simulation's time otherwise). A rollout that would need more arrivals is
+simulated with each replica's time out of service shortened to fit
+(``Prediction.shortened``; never under ``Budget.min_out_s``): the dip and the peak of a wave
+are reached within seconds while the fleet keeps up, and the duration is the simulated one
+plus the time taken off. When a wave leaves less capacity than the arrivals need, the queue
+grows for the whole load time and the prediction says so (``Prediction.overloaded``): its
+peak queue is then a lower bound.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from router.capacity import Source
 from router.capacity_prior import PENDING, Curve, Pending
 from router.config.schema import FleetConfig
 from router.control import ControlSurface
@@ -143,7 +147,11 @@ def fleet_state(core: RouterCore) -> FleetState:
         strategy=strategy,
         strategy_params=dict(configured.params) if configured.name == strategy else {},
         capacity={rid: e.rate for rid, e in estimates.items()},
-        prior={rid: e.prior_rate for rid, e in estimates.items()},
+        # An operator's pinned weight says nothing of the card's speed: no calibration then.
+        prior={
+            rid: e.rate if e.rate_source is Source.OPERATOR else e.prior_rate
+            for rid, e in estimates.items()
+        },
         batch_sizes={r.id: r.batch_size for r in core.pool},
         in_flight={r.id: r.in_flight for r in core.pool},
         queued=len(core.queue),
