@@ -165,6 +165,15 @@ def test_the_mixed_rollout_runs_on_the_simulator_with_the_checks_of_a_live_run()
     assert traffic["requests"] > 0
 
 
+def test_the_text_summary_of_a_simulated_rollout_has_its_traffic_line() -> None:
+    run = run_cli(str(EXAMPLES / "rollout-mixed.yaml"), "--simulate")
+    assert run.code == 0, run.err
+    (line,) = [row for row in run.out.splitlines() if row.startswith("  rollout done in ")]
+    assert "capacity at lowest 75." in line
+    assert "p99 TTFT before/during/after " in line
+    assert line.endswith("lost 0")
+
+
 async def test_a_rollout_runs_live_and_its_checks_hold(tmp_path: Path) -> None:
     (tmp_path / "small-fleet.yaml").write_text(SMALL_FLEET, encoding="utf-8")
     path = tmp_path / "live-rollout.yaml"
