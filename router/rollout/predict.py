@@ -90,7 +90,8 @@ class FleetState:
     capacity: Mapping[str, float]
     """Each replica's learned capacity (cost units per second), what the plan is made of."""
     prior: Mapping[str, float]
-    """Each replica's modelled capacity in the same units, on the same lengths."""
+    """Each replica's capacity by the performance model alone, in the same units, on the same
+    lengths: the simulated engine's own speed."""
     batch_sizes: Mapping[str, int]
     in_flight: Mapping[str, int]
     queued: int
@@ -142,14 +143,17 @@ def fleet_state(core: RouterCore) -> FleetState:
     estimates = {r.id: core.capacity.estimate(r, now) for r in core.pool}
     strategy = core.strategy.name
     configured = core.fleet.router.strategy
+    calibration = core.capacity.calibration if core.capacity.calibration > 0 else 1.0
     return FleetState(
         fleet=core.fleet,
         strategy=strategy,
         strategy_params=dict(configured.params) if configured.name == strategy else {},
         capacity={rid: e.rate for rid, e in estimates.items()},
+        # The performance model's own rate: the estimator's prior is already scaled by the
+        # fleet's calibration (measured over modelled), which is what the engines must follow.
         # An operator's pinned weight says nothing of the card's speed: no calibration then.
         prior={
-            rid: e.rate if e.rate_source is Source.OPERATOR else e.prior_rate
+            rid: e.rate if e.rate_source is Source.OPERATOR else e.prior_rate / calibration
             for rid, e in estimates.items()
         },
         batch_sizes={r.id: r.batch_size for r in core.pool},
