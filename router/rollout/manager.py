@@ -15,8 +15,13 @@ rollout keeps its prediction and is measured by the router's own accounting
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import multiprocessing
+import sys
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import aiohttp
@@ -63,6 +68,7 @@ class RolloutManager:
         self.meter: RolloutMeter | None = None
         """What the current rollout costs the traffic, by the router's own accounting."""
         self._predicting: asyncio.Task[None] | None = None
+        self._pool: ProcessPoolExecutor | None = None
         self._session: aiohttp.ClientSession | None = None
 
     def status(self) -> dict[str, Any] | None:
@@ -83,8 +89,8 @@ class RolloutManager:
     def start(self, version: str, settings: Mapping[str, Any], actor: str) -> Rollout:
         """Plan and start a rollout of ``version``; RolloutError when it is refused (one is
         going, the plan cannot keep the floor, no updater, not a model name), ConfigError for
-        a bad setting. Its prediction is worked out beside it (in a thread: the router goes
-        on) from the fleet as it was at the start, and its cost to the traffic measured."""
+        a bad setting. Its prediction is worked out beside it (in a worker process: the router
+        goes on) from the fleet as it was at the start, and its cost to the traffic measured."""
         if self.current is not None and self.current.phase in _GOING:
             raise RolloutError(f"{self.current.id} is {self.current.phase}; one rollout at a time")
         spec, config = self._spec(version, settings)
@@ -108,11 +114,11 @@ class RolloutManager:
         now; nothing is started, drained or recorded. Refused as :meth:`start` refuses it:
         RolloutError (the plan cannot keep the floor, a replica is out of service, no
         updater, not a model name), ConfigError for a bad setting. The prediction runs in a
-        thread, bounded (router/rollout/predict.py's ``Budget``: a few seconds at most)."""
+        worker process, bounded (router/rollout/predict.py's ``Budget``: a few seconds at most)."""
         spec, config = self._spec(version, settings)
         plan = live_plan(self.core, spec)
         state = fleet_state(self.core)
-        prediction = await asyncio.to_thread(predict, state, sim_spec(spec, config))
+        prediction = await self._predicted(state, sim_spec(spec, config))
         r = self.core.pool.replicas[0]
         target = Target(r.id, r.config.node, r.config.endpoint, version)
         return RolloutPreview(
@@ -138,7 +144,7 @@ class RolloutManager:
         prediction: Prediction | None = None
         error: str | None = None
         try:
-            prediction = await asyncio.to_thread(predict, state, spec)
+            prediction = await self._predicted(state, spec)
         except RolloutError as exc:  # the simulated plan refused what the live one took
             error = str(exc)
         if self.current is rollout:
@@ -169,9 +175,29 @@ class RolloutManager:
             await self.current.cancel()
         if self._predicting is not None:
             await asyncio.gather(self._predicting, return_exceptions=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def _predicted(self, state: FleetState, spec: SimRolloutSpec) -> Prediction:
+        """The prediction, worked out in a worker process: a thread would share the
+        interpreter's lock with the router's loop, which then stalls while relaying streams
+        (router/capacity_prior.py's ``ProcessFitter`` found the same)."""
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            # As ProcessFitter: the resource tracker needs the process's own stderr (under
+            # the console sys.stderr is a capture without a descriptor).
+            with contextlib.redirect_stderr(sys.__stderr__):
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, predict, state, spec)
+        except BrokenProcessPool:
+            self._pool = None  # a new worker takes the next one
+            raise RolloutError("the prediction's worker process died; ask again") from None
 
     def _probe(self) -> HttpServingProbe:
         if self._session is None:

@@ -32,10 +32,12 @@ peak queue is then a lower bound.
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import math
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from router.capacity import Source
@@ -81,8 +83,8 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    """What the live router knows of its fleet at one instant (plain data: a prediction can
-    run in another thread while the router goes on)."""
+    """What the live router knows of its fleet at one instant (plain data, picklable: a
+    prediction runs in another process while the router goes on)."""
 
     fleet: FleetConfig
     strategy: str
@@ -135,6 +137,15 @@ class Prediction:
             "overloaded": self.overloaded,
             "note": self.note,
         }
+
+
+def _mapping_proxy(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(items)
+
+
+# A FleetState goes to a worker process (the router's manager predicts off its own
+# interpreter): the fleet configuration's read-only mappings travel as plain dicts.
+copyreg.pickle(MappingProxyType, lambda m: (_mapping_proxy, (dict(m),)))
 
 
 def fleet_state(core: RouterCore) -> FleetState:
