@@ -10,10 +10,11 @@ the waves are the ones the rollout will run): a warm-up with the state fed in (t
 in flight and queued submitted at its start), then the rollout, with Poisson arrivals at the
 recent rate all along, until it ends and the requests that arrived during it have ended.
 
-Each simulated engine is slowed or sped up by the ratio of its modelled rate to the live
-learned one (``prior_rate / rate`` of router/capacity.py's estimate, both on the lengths the
-replica served), so a card slower than its datasheet, or an emulator run at a time scale,
-is simulated at the speed the router sees.
+Each simulated engine is slowed or sped up to the speed the router measured: the ratio of its
+measured rate to the performance model's (router/capacity.py's estimate; a replica not yet
+measured takes the median ratio of those that are, else its learned rate's), so a card
+slower than its datasheet, or an emulator run at a time scale, is simulated at the speed the
+router sees.
 
 **Bounded** by what is simulated, never by the wall clock: at most ``Budget.requests``
 arrivals (10,000 by default; the simulator takes some thousands a second on one core, so a
@@ -35,6 +36,7 @@ import contextlib
 import copyreg
 import math
 import random
+import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -103,6 +105,9 @@ class FleetState:
     """Recent (prompt, output) lengths; empty: the default shape."""
     states: Mapping[str, str] = field(default_factory=dict)
     """Each replica's state (a rollout starts with every one active)."""
+    measured: Mapping[str, float | None] = field(default_factory=dict)
+    """Each replica's rate by the router's accounting alone (None: not measured yet), in the
+    units of ``capacity``: what the simulated engine's speed follows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +178,7 @@ def fleet_state(core: RouterCore) -> FleetState:
         arrival_rps=core.arrivals.rate(now),
         lengths=tuple(core.capacity.mix.recent),
         states={r.id: str(r.state) for r in core.pool},
+        measured={rid: e.measured_rate for rid, e in estimates.items()},
     )
 
 
@@ -307,10 +313,31 @@ def _calibrate(sim: Simulation, state: FleetState) -> None:
         size = state.batch_sizes.get(r.id)
         if size is not None and size != r.batch_size:
             sim.core.set_batch_size(r.id, size)
-        live, model = state.capacity.get(r.id, 0.0), state.prior.get(r.id, 0.0)
-        if live > 0 and model > 0 and not math.isclose(live, model, rel_tol=0.02):
-            factor = min(_SPEED_CLAMP, max(1 / _SPEED_CLAMP, model / live))
-            sim.slow(r.id, factor)
+    for rid, ratio in _speeds(state).items():
+        if not math.isclose(ratio, 1.0, rel_tol=0.02):
+            sim.slow(rid, min(_SPEED_CLAMP, max(1 / _SPEED_CLAMP, 1 / ratio)))
+
+
+def _speeds(state: FleetState) -> dict[str, float]:
+    """Each replica's live speed over the model's: its own measurement where it has one
+    (the learned rate follows it only slowly, from the model's prior), else the median of
+    the measured replicas' (the fleet runs off the model alike: a slower machine, an
+    emulator's time scale), else its learned rate's."""
+    measured = {
+        rid: m / state.prior[rid]
+        for rid, m in state.measured.items()
+        if m is not None and m > 0 and state.prior.get(rid, 0.0) > 0
+    }
+    fleet = statistics.median(measured.values()) if measured else None
+    speeds = {}
+    for rid, model in state.prior.items():
+        if rid in measured:
+            speeds[rid] = measured[rid]
+        elif fleet is not None:
+            speeds[rid] = fleet
+        elif model > 0 and state.capacity.get(rid, 0.0) > 0:
+            speeds[rid] = state.capacity[rid] / model
+    return speeds
 
 
 def _mix(state: FleetState) -> LengthMix:
