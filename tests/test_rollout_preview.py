@@ -71,7 +71,7 @@ async def test_a_preview_answers_the_plan_and_the_prediction_and_changes_nothing
     assert prediction["capacity_lowest"] == pytest.approx(preview["plan"]["lowest"], abs=1e-4)
     assert prediction["duration_s"] > 0
     assert {"peak_queue", "ttft_p99_s", "arrival_rps"} <= set(prediction)
-    assert "/versions/a0" in preview["updater"]
+    assert "/versions/v0" in preview["updater"]  # the first replica to go
     # Nothing started, drained, switched or recorded.
     assert server.rollouts.current is None
     assert {r.state for r in server.core.pool} == {ReplicaState.ACTIVE}

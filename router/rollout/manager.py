@@ -119,7 +119,7 @@ class RolloutManager:
         plan = live_plan(self.core, spec)
         state = fleet_state(self.core)
         prediction = await self._predicted(state, sim_spec(spec, config))
-        r = self.core.pool.replicas[0]
+        r = self.core.replica(plan.order[0])
         target = Target(r.id, r.config.node, r.config.endpoint, version)
         return RolloutPreview(
             version, plan, prediction, config.load_estimate_s, spec.updater.describe(target)

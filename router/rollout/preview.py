@@ -38,7 +38,7 @@ class RolloutPreview:
     load_s: float
     """Each replica's time out of service the prediction counts (``load_estimate_s``)."""
     updater: str
-    """How each replica would be updated, in words (the first replica's command or request)."""
+    """How each replica would be updated, in words (the first to go: its command or request)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
