@@ -216,7 +216,7 @@ class ConsoleBackend:
         return None if status is None else progress_from_json(status)
 
     async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
-        return preview_from_json(self._rollouts().preview(version, settings))
+        return preview_from_json((await self._rollouts().preview(version, settings)).to_dict())
 
     async def rollout_start(self, version: str, settings: Mapping[str, Any]) -> RolloutProgress:
         self._rollouts().start(version, settings, self.actor)

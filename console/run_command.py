@@ -146,6 +146,8 @@ def _summary_text(line: dict[str, Any]) -> str:
         if k in line
     )  # fmt: skip
     rows = [f"{line['scenario']} ({line['mode']}): {counts}"]
+    if isinstance(line.get("rollout"), dict):
+        rows += _rollout_rows(line["rollout"])
     for check in line["checks"]:
         mark = ("PASS" if check["ok"] else "FAIL") if check["judged"] else "----"
         measured = "unbounded" if check["measured"] is None else check["measured"]
@@ -158,3 +160,31 @@ def _summary_text(line: dict[str, Any]) -> str:
         rows.append(machine["text"])
     rows.append(line["verdict"])
     return "\n".join(rows)
+
+
+def _rollout_rows(rollout: dict[str, Any]) -> list[str]:
+    """What the rollout step cost the traffic, and what the router predicted it would."""
+    traffic = rollout.get("traffic") or {}
+    ttft = traffic.get("ttft_p99_s") or {}
+    lost = traffic.get("lost") or {}
+    took = rollout.get("duration_s")
+    rows = [
+        f"  rollout {rollout['phase']}"
+        + ("" if took is None else f" in {took:.1f} s")
+        + f": capacity at lowest {rollout['capacity_lowest']:.1%}, "
+        f"peak queue {traffic.get('peak_queue', '-')}, p99 TTFT before/during/after "
+        + "/".join(_secs(ttft.get(k)) for k in ("before", "during", "after"))
+        + f", lost {sum(lost.values()) if lost else 0}"
+    ]
+    predicted = rollout.get("prediction")
+    if isinstance(predicted, dict):
+        rows.append(
+            f"  predicted: capacity at lowest {predicted['capacity_lowest']:.1%}, "
+            f"peak queue {predicted['peak_queue']}, p99 TTFT during "
+            f"{_secs(predicted.get('ttft_p99_s'))}, duration {_secs(predicted.get('duration_s'))}"
+        )
+    return rows
+
+
+def _secs(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f} s"

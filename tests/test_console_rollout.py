@@ -83,8 +83,11 @@ async def test_the_plan_is_shown_then_confirmed_followed_to_done_and_rolled_back
             for replica in ("a0", "v0", "v1"):
                 assert f"{replica} " in plan  # each with its share of capacity
             assert "updater http: POST http://127.0.0.1:" in plan
-            # No prediction is given yet: its place shows nothing, not a stand-in figure.
-            assert not app.screen.query_one("#rollout-prediction", Static).display
+            # The simulator's prediction under the plan, from the router's preview.
+            assert app.screen.query_one("#rollout-prediction", Static).display
+            predicted = static_text(app, "#rollout-prediction")
+            assert predicted.startswith("predicted: capacity at lowest ")
+            assert "p99 TTFT" in predicted
             assert server.rollouts.current is None  # nothing started before the answer
             await pilot.press("y")
             await app.workers.wait_for_complete()

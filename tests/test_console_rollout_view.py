@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from console.rollout.form import RolloutRequest, read_form
-from console.rollout.model import Prediction, preview_from_json, progress_from_json
+from console.rollout.model import Figures, preview_from_json, progress_from_json
 from console.view.events import event_line
 from console.view.format import Tone
 from console.view.rollout import Line, plan_lines, prediction_lines, progress_lines
@@ -105,15 +105,36 @@ def test_the_plan_names_each_wave_with_shares_and_what_stays_in_service() -> Non
 
 
 def test_the_prediction_has_no_line_without_one_and_its_figures_with_one() -> None:
-    assert prediction_lines(None) == []
+    assert prediction_lines(preview_from_json(PREVIEW)) == []
     assert preview_from_json(PREVIEW).prediction is None
+    unknown = preview_from_json({**PREVIEW, "prediction_error": "no prediction: no profile"})
+    assert text(prediction_lines(unknown)) == "no prediction: no profile"
     given = preview_from_json(
-        {**PREVIEW, "prediction": {"dip": 0.64, "peak_queue": 12, "ttft_p99_s": 0.41}}
+        {
+            **PREVIEW,
+            "prediction": {
+                "capacity_lowest": 0.64,
+                "peak_queue": 12,
+                "ttft_p99_s": 0.41,
+                "duration_s": 52.0,
+            },
+        }
     )
-    assert given.prediction == Prediction(0.64, 12, 0.41)
-    assert text(prediction_lines(given.prediction)) == (
-        "predicted: capacity dip to 64% · peak queue 12 · p99 TTFT 0.41 s"
+    assert given.prediction == Figures(0.64, 12, 0.41, 52.0)
+    assert text(prediction_lines(given)) == (
+        "predicted: capacity at lowest 64% · peak queue 12 · p99 TTFT 0.41 s · 52 s"
     )
+
+
+def test_progress_shows_the_prediction_beside_what_was_measured() -> None:
+    figures = {"capacity_lowest": 0.75, "peak_queue": 3, "ttft_p99_s": 1.0, "duration_s": 60.0}
+    measured = {**figures, "capacity_lowest": 0.76, "ttft_p99_s": 2.02, "duration_s": 66.2}
+    shown = text(
+        progress_lines(progress_from_json({**STATUS, "prediction": figures, "measured": measured}))
+    )
+    assert "predicted: capacity at lowest 75% · peak queue 3 · p99 TTFT 1.00 s · 60 s" in shown
+    assert "measured:  capacity at lowest 76% · peak queue 3 · p99 TTFT 2.02 s · 66 s" in shown
+    assert "predicted" not in text(progress_lines(progress_from_json(STATUS)))
 
 
 def test_progress_shows_phase_wave_capacity_each_replica_and_the_error() -> None:

@@ -117,7 +117,8 @@ def rolling_dashboard() -> ConsoleApp:
 
 def test_rollout_confirmation_shows_the_waves_before_anything_starts(snap_compare: Snap) -> None:
     """Each wave's replicas with their capacity share and what stays in service, the settings
-    in force and the updater; no prediction line (none given), Cancel focused."""
+    in force and the updater; why there is no prediction (the test model has no profile),
+    Cancel focused."""
 
     async def ask_for_the_plan(pilot: Any) -> None:
         await pilot.press("v")

@@ -1,9 +1,10 @@
-"""A scenario's rollout step: read and checked at load, refused by the simulator, and run live
+"""A scenario's rollout step: read and checked at load, run on the simulator, and run live
 against a small emulated fleet, where its checks hold (nothing lost, capacity kept above the
 floor, every replica on the new version, the rollout done)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +147,31 @@ def test_one_rollout_per_scenario_and_its_checks_need_one(tmp_path: Path) -> Non
     assert "needs a rollout action" in message
 
 
-def test_the_simulator_refuses_a_rollout_step() -> None:
+def test_the_mixed_rollout_runs_on_the_simulator_with_the_checks_of_a_live_run() -> None:
+    """``--simulate`` runs the example's rollout step: the same checks hold, and the summary
+    carries what the rollout cost the traffic, window by window."""
+    run = run_cli(str(EXAMPLES / "rollout-mixed.yaml"), "--simulate", "--json")
+    assert run.code == 0, run.err
+    summary = json.loads(run.out.splitlines()[-1])
+    assert summary["passed"] is True
+    rollout = summary["rollout"]
+    assert rollout["phase"] == "done"
+    assert rollout["behind"] == []
+    assert rollout["capacity_lowest"] >= 0.75
+    traffic = rollout["traffic"]
+    assert set(traffic["ttft_p99_s"]) == {"before", "during", "after"}
+    assert traffic["lost"] == {"before": 0, "during": 0, "after": 0}
+    assert traffic["peak_queue"] >= 0
+    assert traffic["requests"] > 0
+
+
+def test_the_text_summary_of_a_simulated_rollout_has_its_traffic_line() -> None:
     run = run_cli(str(EXAMPLES / "rollout-mixed.yaml"), "--simulate")
-    assert run.code == 2
-    assert "actions[0].rollout: the simulator does not run rollouts yet" in run.err
+    assert run.code == 0, run.err
+    (line,) = [row for row in run.out.splitlines() if row.startswith("  rollout done in ")]
+    assert "capacity at lowest 75." in line
+    assert "p99 TTFT before/during/after " in line
+    assert line.endswith("lost 0")
 
 
 async def test_a_rollout_runs_live_and_its_checks_hold(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ class RemoteBackend:
     # ---- what it sends ---------------------------------------------------------------------
 
     async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
-        body = {"action": "plan", "version": version, "settings": dict(settings)}
+        body = {"action": "preview", "version": version, "settings": dict(settings)}
         answer = await self._rollout_post(body)
         return _read(preview_from_json, answer.get("preview"), "rollout preview")
 

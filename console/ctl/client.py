@@ -133,6 +133,15 @@ class AdminClient:
             raise UnreachableError("/admin/rollout answered no rollout after an action")
         return rollout
 
+    def rollout_preview(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A rollout's plan and predicted cost, nothing started (:class:`RefusedError` when a
+        start would be refused)."""
+        response = self._send("POST", "/admin/rollout", json={**body, "action": "preview"})
+        preview = json_object(response, "/admin/rollout").get("preview")
+        if not isinstance(preview, dict):
+            raise UnreachableError("/admin/rollout answered no preview; is the router older?")
+        return preview
+
     def follow(self, since: int = 0) -> Generator[dict[str, Any], None, None]:
         """The audit trail after ``since``, then each new event as it happens.
 

@@ -1,7 +1,8 @@
 """``gpurouter ctl rollout``: start, follow and steer a model rollout (router/rollout/).
 
 ``start VERSION`` with the settings that differ from the fleet file's ``rollout:`` section
-(the floor, the order, the deadlines, the updater); ``status`` prints the plan and each
+(the floor, the order, the deadlines, the updater), or with ``--dry-run`` the plan and the
+simulator's prediction, nothing started; ``status`` prints the plan and each
 replica's step; ``pause``, ``resume``, ``abort`` and ``rollback`` steer the one going. Each
 answer is the rollout's state, as a summary or, with ``--json``, the admin API's JSON.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from console.ctl.client import AdminClient
 
-__all__ = ["add_parser", "render", "run"]
+__all__ = ["add_parser", "render", "render_preview", "run"]
 
 STEERING = {
     "pause": "hold the rollout once its current wave is back in service",
@@ -70,6 +71,18 @@ def _add_start(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http-body", metavar="JSON", help="its body template")
     p.add_argument("--http-expect", type=int, metavar="STATUS", help="the status that means done")
     p.add_argument("--http-timeout", type=float, metavar="S")
+    p.add_argument(
+        "--load-estimate",
+        type=float,
+        metavar="S",
+        dest="load_estimate_s",
+        help="how long an update keeps a replica out, for the prediction",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and the simulator's prediction; start nothing",
+    )
 
 
 def start_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,6 +96,7 @@ def start_body(args: argparse.Namespace) -> dict[str, Any]:
         "on_drain_timeout",
         "ready_timeout_s",
         "check_interval_s",
+        "load_estimate_s",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -120,6 +134,10 @@ def run(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     action = args.rollout_action
     if action == "status":
         rollout = client.rollout()
+    elif action == "start" and args.dry_run:
+        preview = client.rollout_preview(start_body(args))
+        out.write(json.dumps(preview, indent=2) + "\n" if args.json else render_preview(preview))
+        return
     elif action == "start":
         rollout = client.rollout_action(start_body(args))
     else:
@@ -152,4 +170,64 @@ def render(rollout: dict[str, Any] | None) -> str:
         lines.append(f"{r:<{width}}  {wave_of[r]:>4}  {step:<11}  {version}")
     if rollout["error"]:
         lines.append(f"error: {rollout['error']}")
+    lines += _side_by_side(rollout.get("prediction"), rollout.get("measured"))
     return "\n".join(lines) + "\n"
+
+
+def render_preview(preview: dict[str, Any]) -> str:
+    """A rollout not started: its waves, then what the simulator predicts it costs."""
+    plan = preview["plan"]
+    lines = [
+        f"preview: {preview['version']} in {len(plan['waves'])} waves "
+        f"(floor {plan['floor']:.0%}), nothing started",
+        f"update: {preview['updater']}",
+    ]
+    for i, wave in enumerate(plan["waves"], 1):
+        lines.append(
+            f"wave {i}: {', '.join(wave['replicas'])} (leaves {wave['remaining']:.0%} in service)"
+        )
+    p = preview["prediction"]
+    if p is None:
+        lines.append(preview.get("prediction_error") or "no prediction")
+        return "\n".join(lines) + "\n"
+    lines.append(
+        f"predicted at {p['arrival_rps']:.1f} req/s, each replica out {preview['load_s']:g} s: "
+        f"capacity at lowest {p['capacity_lowest']:.0%}, peak queue {p['peak_queue']}, "
+        f"p99 TTFT during {_seconds(p['ttft_p99_s'])}, duration {_seconds(p['duration_s'])}"
+    )
+    if p.get("note"):
+        lines.append(f"note: {p['note']}")
+    return "\n".join(lines) + "\n"
+
+
+_FIGURES = (
+    ("capacity at lowest", "capacity_lowest"),
+    ("peak queue", "peak_queue"),
+    ("p99 TTFT during", "ttft_p99_s"),
+    ("duration", "duration_s"),
+)
+
+
+def _side_by_side(predicted: dict[str, Any] | None, measured: dict[str, Any] | None) -> list[str]:
+    """The prediction beside the measurement, figure by figure (what there is of either)."""
+    if predicted is None and measured is None:
+        return []
+    lines = [f"{'':<20}{'PREDICTED':>11}{'MEASURED':>11}"]
+    for label, key in _FIGURES:
+        shown = [_figure(key, None if f is None else f.get(key)) for f in (predicted, measured)]
+        lines.append(f"{label:<20}{shown[0]:>11}{shown[1]:>11}")
+    return lines
+
+
+def _figure(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "capacity_lowest":
+        return f"{value:.1%}"
+    if key == "peak_queue":
+        return str(value)
+    return _seconds(value)
+
+
+def _seconds(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f} s"

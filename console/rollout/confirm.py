@@ -86,8 +86,8 @@ class RolloutConfirm(Screen[bool]):
             body = [(("refused: ", Tone.BAD), (self.refusal or "no plan", Tone.BAD))]
             hint = "The router refuses this rollout: change a setting and try again."
         self.query_one("#rollout-plan", Static).update(self._text(body))
-        # The prediction's place: the simulator's figures when given, else nothing at all.
-        predicted = prediction_lines(None if self.preview is None else self.preview.prediction)
+        # The prediction's place: the simulator's figures when given, else why there are none.
+        predicted = [] if self.preview is None else prediction_lines(self.preview)
         prediction = self.query_one("#rollout-prediction", Static)
         prediction.update(self._text(predicted))
         prediction.display = bool(predicted) and self.startable

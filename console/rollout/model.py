@@ -15,7 +15,7 @@ from typing import Any
 __all__ = [
     "GOING",
     "STEERING",
-    "Prediction",
+    "Figures",
     "ReplicaProgress",
     "RolloutPreview",
     "RolloutProgress",
@@ -38,13 +38,18 @@ class Wave:
 
 
 @dataclass(frozen=True, slots=True)
-class Prediction:
-    """The simulator's forecast of a rollout, when one is given (issue 16, point 5)."""
+class Figures:
+    """A rollout's cost to the traffic, as the simulator predicts it or as the router measured
+    it (issue 16, point 5)."""
 
-    dip: float
+    capacity_lowest: float
     """The lowest share of capacity in service."""
     peak_queue: int
-    ttft_p99_s: float
+    """The most requests waiting in the router's queue at once."""
+    ttft_p99_s: float | None
+    """p99 TTFT of the requests that arrived during it (None: none did, or not bounded)."""
+    duration_s: float | None
+    """From the start to the last replica back (None: not ended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +63,10 @@ class RolloutPreview:
     """Each replica's share of the fleet's learned capacity."""
     settings: Mapping[str, Any]
     """The settings in force: the form's over the fleet file's ``rollout:`` section."""
-    prediction: Prediction | None = None
+    prediction: Figures | None = None
     """None where nothing predicts: the confirmation then shows no figure at all."""
+    prediction_error: str | None = None
+    """Why there is no prediction (the simulator cannot run this fleet), when the router says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,10 @@ class RolloutProgress:
     requests_moved: int
     waited_for: int
     error: str | None
+    prediction: Figures | None = None
+    """What the simulator predicted when it started (None until worked out, or if it failed)."""
+    measured: Figures | None = None
+    """The same figures as the router measured them."""
 
     @property
     def going(self) -> bool:
@@ -100,16 +111,29 @@ def _waves(plan: Mapping[str, Any]) -> tuple[Wave, ...]:
     )
 
 
-def _prediction(data: object) -> Prediction | None:
+def _figures(data: object) -> Figures | None:
     if data is None:
         return None
     if not isinstance(data, Mapping):
         raise ValueError("prediction: expected a JSON object")
-    return Prediction(float(data["dip"]), int(data["peak_queue"]), float(data["ttft_p99_s"]))
+    return Figures(
+        float(data["capacity_lowest"]),
+        int(data["peak_queue"]),
+        _seconds(data.get("ttft_p99_s")),
+        _seconds(data.get("duration_s")),
+    )
+
+
+def _seconds(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    raise TypeError(f"seconds: expected a number, got {value!r}")
 
 
 def preview_from_json(data: Mapping[str, Any]) -> RolloutPreview:
-    """A preview (``{"action": "plan"}``'s ``preview``); ValueError when it is not one."""
+    """A preview (``{"action": "preview"}``'s ``preview``); ValueError when it is not one."""
     try:
         plan = data["plan"]
         return RolloutPreview(
@@ -118,10 +142,15 @@ def preview_from_json(data: Mapping[str, Any]) -> RolloutPreview:
             floor=float(plan["floor"]),
             shares={str(k): float(v) for k, v in data["shares"].items()},
             settings=dict(data["settings"]),
-            prediction=_prediction(data.get("prediction")),
+            prediction=_figures(data.get("prediction")),
+            prediction_error=_text(data.get("prediction_error")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a rollout preview: {exc!r}") from None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def progress_from_json(data: Mapping[str, Any]) -> RolloutProgress:
@@ -149,6 +178,8 @@ def progress_from_json(data: Mapping[str, Any]) -> RolloutProgress:
             requests_moved=int(data["requests_moved"]),
             waited_for=int(data["waited_for"]),
             error=None if error is None else str(error),
+            prediction=_figures(data.get("prediction")),
+            measured=_figures(data.get("measured")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a rollout's status: {exc!r}") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from console.rollout.model import Prediction, RolloutPreview, RolloutProgress
+from console.rollout.model import Figures, RolloutPreview, RolloutProgress
 from console.view.format import Cell, Tone, pct
 
 __all__ = ["Line", "plan_lines", "prediction_lines", "progress_lines", "settings_line"]
@@ -74,21 +74,34 @@ def plan_lines(preview: RolloutPreview) -> list[Line]:
     return lines
 
 
-def prediction_lines(prediction: Prediction | None) -> list[Line]:
-    """The simulator's forecast (issue 16, point 5); no line at all when none was given: a
-    figure shown here is one the simulator computed, never a stand-in."""
-    if prediction is None:
-        return []
-    return [
-        (
-            ("predicted: ", Tone.DIM),
-            (
-                f"capacity dip to {pct(prediction.dip)} · peak queue {prediction.peak_queue} · "
-                f"p99 TTFT {prediction.ttft_p99_s:.2f} s",
-                Tone.NORMAL,
-            ),
-        )
-    ]
+def prediction_lines(preview: RolloutPreview) -> list[Line]:
+    """The simulator's forecast (issue 16, point 5), or why there is none; no line when the
+    router said neither: a figure shown here is one the simulator computed, never a stand-in."""
+    if preview.prediction is None:
+        why = preview.prediction_error
+        return [((why, Tone.DIM),)] if why else []
+    return [(("predicted: ", Tone.DIM), (_figures_text(preview.prediction), Tone.NORMAL))]
+
+
+def _figures_text(f: Figures) -> str:
+    ttft = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f} s"
+    took = "" if f.duration_s is None else f" · {f.duration_s:.0f} s"
+    return (
+        f"capacity at lowest {pct(f.capacity_lowest)} · peak queue {f.peak_queue} · "
+        f"p99 TTFT {ttft}{took}"
+    )
+
+
+def _side_by_side(progress: RolloutProgress) -> list[Line]:
+    """Predicted at the start and measured so far, one line each, in the same words."""
+    out: list[Line] = []
+    for label, figures in (
+        ("predicted: ", progress.prediction),
+        ("measured:  ", progress.measured),
+    ):
+        if figures is not None:
+            out.append(((label, Tone.DIM), (_figures_text(figures), Tone.NORMAL)))
+    return out
 
 
 def progress_lines(progress: RolloutProgress) -> list[Line]:
@@ -119,6 +132,7 @@ def progress_lines(progress: RolloutProgress) -> list[Line]:
                 Tone.NORMAL,
             ),
         ),
+        *_side_by_side(progress),
         (),
     ]
     width = max([len("REPLICA"), *(len(r.replica) for r in progress.replicas)])

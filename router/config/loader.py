@@ -295,6 +295,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (RolloutConfig, "on_drain_timeout"): _one_of("choice", ("wait", "preempt")),
     (RolloutConfig, "ready_timeout_s"): _above(0),
     (RolloutConfig, "check_interval_s"): _above(0),
+    (RolloutConfig, "load_estimate_s"): _at_least(0),
     (CommandUpdaterConfig, "run"): _command_line,
     (CommandUpdaterConfig, "timeout_s"): _above(0),
     (HttpUpdaterConfig, "url"): _url_template,

@@ -394,6 +394,10 @@ class RolloutConfig:
     names it and a one-token generation succeeds); then the rollout stops."""
     check_interval_s: float = 1.0
     """How often an updated replica is asked whether it serves the new version."""
+    load_estimate_s: float = 60.0
+    """How long an update keeps a replica out of service (restart and model load), as the
+    simulator and the rollout's prediction count it; the emulator updater's own load time
+    is used instead where there is one."""
     updater: UpdaterConfig | None = None
     """How each replica is updated; without one, a rollout must name its own."""
 

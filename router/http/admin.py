@@ -25,10 +25,9 @@
   the keys of the fleet file's ``rollout:``, over it; ``order`` may also be a list of
   replica ids), ``{"action": "pause" | "resume" | "abort" | "rollback"}`` steers it; answers
   its state: 200, 409 refused (one already going, a floor that cannot be kept, a step out of
-  turn), 400 when it cannot be read (a bad setting names its key). ``{"action": "plan", ...}``
-  with a start's keys starts nothing: it answers ``{"preview": ...}``, the plan with each
-  replica's capacity share and the settings in force (the console's confirmation), or the
-  refusal a start would get. docs/rollouts.md.
+  turn), 400 when it cannot be read (a bad setting names its key). ``{"action": "preview",
+  "version", "settings"}`` answers ``{"preview": ...}``, the plan and the simulator's
+  prediction, starting nothing (refused as a start would be). docs/rollouts.md.
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
 case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
@@ -252,26 +251,29 @@ class AdminApi:
         manager = self._rollouts()
         data = await self._json_body(receive, headers)
         action, actor = data.get("action"), headers.get("x-actor") or "admin"
+        preview = None
         try:
-            if action == "plan":
-                version, settings = _rollout_start(data)
-                await send_json(send, 200, {"preview": manager.preview(version, settings)})
-                return
             if action == "start":
                 version, settings = _rollout_start(data)
                 manager.start(version, settings, actor)
+            elif action == "preview":
+                version, settings = _rollout_start(data)
+                preview = await manager.preview(version, settings)
             elif action in ACTIONS:
                 if set(data) - {"action"}:
                     raise bad_request(f"`{action}` takes no other key than `action`")
                 await manager.act(str(action), actor)
             else:
-                known = ", ".join(("plan", *ACTIONS))
+                known = ", ".join(ACTIONS)
                 raise bad_request(f"`action` must be one of {known}", "action")
         except ConfigError as exc:
             raise bad_request("; ".join(f"{p.key}: {p.message}" for p in exc.problems)) from None
         except RolloutError as exc:
             note_reason(send, "command_refused")
             raise HttpError(409, str(exc), code="rollout_refused") from None
+        if preview is not None:
+            await send_json(send, 200, {"preview": preview.to_dict()})
+            return
         await send_json(send, 200, {"rollout": manager.status()})
 
     async def _json_body(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -37,9 +38,11 @@ class LiveRollout:
         now: Callable[[], float],
         replica_urls: Mapping[str, str],
         settings: Callable[[RolloutStep], dict[str, object]],
+        time_scale: float = 1.0,
     ) -> None:
         """``settings``: the step's settings as this run starts it (the time scale, the
         emulator's control URL)."""
+        self.time_scale = time_scale
         self.manager = manager
         self.now = now
         self.replica_urls = dict(replica_urls)
@@ -78,7 +81,37 @@ class LiveRollout:
                 await self._watch
         served = await _served(self.replica_urls)
         status = self._rollout.status().to_dict()
-        return RolloutOutcome(self._step.version, self._started_at, self._ended_at, status, served)
+        traffic = prediction = None
+        if self.manager.current is self._rollout:
+            # The router's own accounting and its prediction, in its (wall) seconds: back to
+            # scenario seconds at the run's time scale.
+            full = self.manager.status() or {}
+            traffic = _in_scenario_seconds(full.get("measured"), self.time_scale)
+            prediction = _in_scenario_seconds(full.get("prediction"), self.time_scale)
+        return RolloutOutcome(
+            self._step.version,
+            self._started_at,
+            self._ended_at,
+            status,
+            served,
+            traffic,
+            prediction,
+        )
+
+
+_SECONDS = ("ttft_p99_s", "duration_s", "load_s", "simulated_load_s", "simulated_s")
+
+
+def _in_scenario_seconds(figures: Any, scale: float) -> dict[str, Any] | None:
+    if not isinstance(figures, dict):
+        return None
+    out = dict(figures)
+    for key in _SECONDS:
+        if isinstance(out.get(key), int | float):
+            out[key] = round(out[key] * scale, 4)
+    if isinstance(out.get("arrival_rps"), int | float):
+        out["arrival_rps"] = round(out["arrival_rps"] / scale, 3)
+    return out
 
 
 async def _served(urls: Mapping[str, str]) -> dict[str, tuple[str, ...] | None]:

@@ -79,6 +79,11 @@ class RolloutOutcome:
     """The rollout's own status (router/rollout/executor.py's ``RolloutStatus.to_dict``)."""
     served: dict[str, tuple[str, ...] | None]
     """What each replica's ``/v1/models`` listed at the end; None: it did not answer."""
+    traffic: dict[str, Any] | None = None
+    """What it cost the traffic by the router's own accounting (router/rollout/meter.py's
+    ``RolloutFigures.to_dict``); None when not measured."""
+    prediction: dict[str, Any] | None = None
+    """What the router predicted before it started (router/rollout/predict.py), if it did."""
 
     @property
     def phase(self) -> str:

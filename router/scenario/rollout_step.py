@@ -36,9 +36,10 @@ ROLLOUT_KEYS = (
     "on_drain_timeout",
     "ready_timeout_s",
     "check_interval_s",
+    "load_estimate_s",
     "updater",
 )
-_TIMES = ("drain_timeout_s", "ready_timeout_s", "check_interval_s")
+_TIMES = ("drain_timeout_s", "ready_timeout_s", "check_interval_s", "load_estimate_s")
 """Settings in scenario seconds: shortened by the time scale live, as the router's timers are."""
 
 Problem = tuple[int | None, str, str]
@@ -83,6 +84,11 @@ class RolloutStep:
             body: dict[str, Any] = {"version": "{version}", "aliases": [stable_name]}
             if self.emulator.load_s is not None:
                 body["load_s"] = self.emulator.load_s
+            # The prediction counts the switch's own load time (wall seconds, as the rest).
+            from router.emulator.versions import DEFAULT_LOAD_S  # a live run has the emulator
+
+            load_s = DEFAULT_LOAD_S if self.emulator.load_s is None else self.emulator.load_s
+            out["load_estimate_s"] = load_s / time_scale
             out["updater"] = {
                 "http": {
                     "url": f"{control_url}/versions/{{replica}}",

@@ -42,6 +42,7 @@ from router.scenario.report import (
     finish_run,
     note_action,
 )
+from router.scenario.rollout_report import rollout_summary
 from router.scenario.schema import Action, Scenario
 from router.scenario.workload import Workload
 
@@ -193,7 +194,8 @@ async def _drive(
     lost = [r.shot.at_s for r in report.results if r.outcome == "error"]
     extra: dict[str, object] = {"client": dict(report.counts), "time_scale": scale}
     if rec.rollout is not None:
-        extra["rollout"] = rec.rollout.to_dict()
+        end = scenario.duration_s + scenario.drain_s
+        extra["rollout"] = rollout_summary(rec.rollout, rec, lost, end)
     kept = keeping_up(report.late_s, report.counts["not_sent"], lag, shares, scale, t0)
     return finish_run(
         scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra, kept
@@ -212,7 +214,11 @@ def _live_rollout(
     control_url = "" if emulator is None else emulator.control_url
     stable = config_model(scenario.fleet.config)
     return LiveRollout(
-        server.rollouts, now, urls, lambda step: step.live_settings(control_url, stable, scale)
+        server.rollouts,
+        now,
+        urls,
+        lambda step: step.live_settings(control_url, stable, scale),
+        time_scale=scale,
     )
 
 

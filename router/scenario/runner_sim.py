@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import partial
 
 from router.control import ControlSurface
-from router.errors import ConfigError, Problem
 from router.loadgen import Shot
 from router.request import Priority, Request
 from router.scenario.recording import Recorder, sample_line
@@ -25,7 +24,9 @@ from router.scenario.report import (
     finish_run,
     note_action,
 )
+from router.scenario.rollout_report import rollout_summary
 from router.scenario.schema import Action, Scenario
+from router.scenario.sim_rollout import SimScenarioRollout
 from router.scenario.workload import Workload
 from router.sim.simulator import Simulation
 from router.sim.workload import Arrival
@@ -62,7 +63,6 @@ def run_simulated(
 ) -> RunReport:
     """Run the scenario on the simulator. ``stop`` is asked after each per-second sample:
     true ends the run there, with a partial report (``RunReport.interrupted_at``)."""
-    _refuse_rollouts(scenario)
     workload = Workload(scenario)
     fleet = scenario.fleet.config
     strategy = scenario.strategy or fleet.router.strategy.name
@@ -71,10 +71,14 @@ def run_simulated(
     sim.offered = {}
     control = ControlSurface(sim.core, wall_clock=lambda: sim.clock.now)
     rec = Recorder(sim.core, lambda t: t)
+    rollout = SimScenarioRollout(sim, control, fleet.model or fleet.replicas[0].model)
 
     def act(action: Action) -> None:
         if action.command is not None:
             record = apply_command(control, action, sim.clock.now, rec)
+        elif action.rollout is not None:
+            ok, message = rollout.start(action.rollout)
+            record = note_action(rec, action, sim.clock.now, ok, message)
         else:
             ok, message = _fault(sim, action)
             record = note_action(rec, action, sim.clock.now, ok, message)
@@ -99,6 +103,11 @@ def run_simulated(
     except _InterruptError as interrupt:
         interrupted_at = interrupt.t
     lost = [t for rid, t in sim.offered.items() if rid not in rec.requests]
+    rec.rollout = rollout.outcome()
+    extra: dict[str, object] = {}
+    if rec.rollout is not None:
+        end = scenario.duration_s + scenario.drain_s
+        extra["rollout"] = rollout_summary(rec.rollout, rec, lost, end)
     return finish_run(
         scenario,
         "simulate",
@@ -106,6 +115,7 @@ def run_simulated(
         workload.capacity_at,
         lost,
         workload.known_capacity,
+        extra,
         interrupted_at=interrupted_at,
     )
 
@@ -113,20 +123,6 @@ def run_simulated(
 def _output(shot: Shot) -> int:
     """What the engine generates for a shot: its output length, or all it may."""
     return shot.max_tokens if shot.output_tokens is None else shot.output_tokens
-
-
-def _refuse_rollouts(scenario: Scenario) -> None:
-    """ConfigError for a rollout step: the simulator does not model rollouts yet."""
-    problems = [
-        Problem(str(scenario.source), a.line, f"actions[{i}].rollout", _NO_ROLLOUTS)
-        for i, a in enumerate(scenario.actions)
-        if a.rollout is not None
-    ]
-    if problems:
-        raise ConfigError(problems)
-
-
-_NO_ROLLOUTS = "the simulator does not run rollouts yet; run the scenario live (no --simulate)"
 
 
 def _fault(sim: Simulation, action: Action) -> tuple[bool, str]:
