@@ -84,6 +84,17 @@ def _header(state: State) -> list[Text]:
         ),
         Text(f"queue {queue['depth']}/{queue['capacity']} ({by_priority or 'empty'})"),
         imbalance,
+        *_split_line(state.get("split")),
+    ]
+
+
+def _split_line(split: dict[str, Any] | None) -> list[Text]:
+    """The traffic split between two versions of a model, when one is set."""
+    if not split:
+        return []
+    share = split["share"]
+    return [
+        Text(f"split {split['model']}: {split['new']} {share:.0%} · {split['old']} {1 - share:.0%}")
     ]
 
 
@@ -92,6 +103,7 @@ def _replica_table(state: State) -> Table:
     table.add_column("replica")
     table.add_column("gpu")
     table.add_column("state")
+    table.add_column("version")
     table.add_column("run/bat", justify="right")
     table.add_column("weight", justify="right")
     table.add_column("util", justify="right")
@@ -101,6 +113,7 @@ def _replica_table(state: State) -> Table:
             r["id"],
             r["gpu_model"],
             Text(r["state"], style=_STATE_STYLE.get(r["state"], "")),
+            r.get("version") or r.get("model", ""),
             load_cell(r),
             weight_cell(r),
             util_cell(r),

@@ -739,6 +739,11 @@ def parse_rollout_settings(
     if reader.problems:
         raise ConfigError([dataclasses.replace(p, line=None) for p in reader.problems])
     given = {key: getattr(parsed, key) for key in settings}
+    canary = settings.get("canary")
+    if isinstance(canary, Mapping):  # its keys over the base's, not over the defaults
+        given["canary"] = dataclasses.replace(
+            base.canary, **{key: getattr(parsed.canary, key) for key in canary}
+        )
     return dataclasses.replace(base, **given)
 
 

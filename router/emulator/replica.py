@@ -59,15 +59,16 @@ class EmulatedReplica:
         self.deployment = deployment_for(config, catalog)
         self.engine = engine_for(config, catalog)
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
-        self.model = config.model
-        """The served model name now: the fleet file's, until a version switch (``restart``)."""
-        self.aliases: tuple[str, ...] = ()
-        """More names it serves the model under (vLLM's ``--served-model-name m m-v2``)."""
+        version = config.version or config.model
+        self.model = version
+        """The served model name now: the fleet file's ``version`` (else its ``model``), until
+        a version switch (``restart``)."""
+        self.aliases: tuple[str, ...] = () if version == config.model else (config.model,)
+        """More names it serves the model under (vLLM's ``--served-model-name m-v2 m``): a
+        replica the fleet file gives a ``version`` also answers to its ``model``."""
         self.loading: str | None = None
         """The version a restart is loading (the port refuses meanwhile); None when serving."""
-        self.metrics = ReplicaMetrics(
-            config.model, self.engine, self.max_model_len, self.deployment
-        )
+        self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver = EngineDriver(self.engine, time_scale=time_scale, observer=self.metrics)
         self.faults = FaultState()
         self.host = host

@@ -23,6 +23,7 @@ from router.replica import Replica
 from router.rollout.executor import Phase, Rollout, RolloutSpec
 from router.rollout.plan import Order
 from router.rollout.probe import HttpServingProbe
+from router.rollout.splits import CANARY_GOING, Splits
 from router.rollout.updaters import build_updater
 
 __all__ = ["ACTIONS", "RolloutManager"]
@@ -46,6 +47,12 @@ class RolloutManager:
         self.current: Rollout | None = None
         """The rollout going on, or the last one (None before the first)."""
         self._session: aiohttp.ClientSession | None = None
+        self.splits = Splits(core, control, self.run, self.going)
+        """The canary or blue-green traffic split (``/admin/split``)."""
+
+    def going(self) -> bool:
+        """Whether a rollout is under way (running, paused or rolling back)."""
+        return self.current is not None and self.current.phase in _GOING
 
     def status(self) -> dict[str, Any] | None:
         return None if self.current is None else self.current.status().to_dict()
@@ -55,6 +62,9 @@ class RolloutManager:
         going, the plan cannot keep the floor, no updater), ConfigError for a bad setting."""
         if self.current is not None and self.current.phase in _GOING:
             raise RolloutError(f"{self.current.id} is {self.current.phase}; one rollout at a time")
+        canary = self.splits.canary
+        if canary is not None and canary.phase in CANARY_GOING:
+            raise RolloutError(f"{canary.id} is {canary.phase}; a rollout waits for it to end")
         own = dict(settings)
         order = _explicit_order(own.pop("order", None), own)
         config = parse_rollout_settings(own, self.core.fleet.rollout)
@@ -65,6 +75,11 @@ class RolloutManager:
         spec = RolloutSpec.from_config(config, version, build_updater(config.updater))
         if order is not None:
             spec = dataclasses.replace(spec, order=order)
+        return self.run(spec, actor)
+
+    def run(self, spec: RolloutSpec, actor: str = "rollout") -> Rollout:
+        """Build and start a rollout as the current one (a canary's rollouts come here, so
+        ``ctl rollout status`` follows them too); RolloutError when it cannot be planned."""
         rollout = Rollout(
             spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
         )
@@ -93,6 +108,7 @@ class RolloutManager:
     async def close(self) -> None:
         """The router is stopping: cancel a rollout still going (its replicas' states die
         with this router) and close the probe's session."""
+        await self.splits.close()
         if self.current is not None:
             await self.current.cancel()
         if self._session is not None:
