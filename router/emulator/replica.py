@@ -200,14 +200,18 @@ class EmulatedReplica:
         self.faults.frozen = False
         self.driver.thaw()
 
-    def slow(self, factor: float) -> None:
+    def slow(self, factor: float, version: str | None = None) -> None:
+        """``version``: the slowness is that version's, and ends when another is loaded."""
         check_fault_values(factor, 0.0)
         self.faults.slow_factor = factor
+        self.faults.of_version = version
         self.driver.set_slowdown(factor)
 
-    def fail(self, fraction: float, seed: int | None = None) -> None:
+    def fail(self, fraction: float, seed: int | None = None, version: str | None = None) -> None:
+        """``version``: the failures are that version's, and end when another is loaded."""
         check_fault_values(1.0, fraction)
         self.faults.fail_fraction = fraction
+        self.faults.of_version = version
         chosen = self.seed if seed is None else seed
         self._failures = random.Random(f"{chosen}:{self.id}:failures")
 
@@ -241,7 +245,8 @@ class EmulatedReplica:
         """The second half: after ``load_s`` emulated seconds the replica listens again,
         serving the version ``go_down`` named, with fresh metrics. Faults of the process
         (kill, refuse, hang, freeze) ended with it; ``slow`` and ``fail``, which stand for
-        the card and the version, stay."""
+        the card and the version, stay, unless they were set for a version that is not the
+        one loaded now."""
         version = self.loading
         if version is None:
             raise ControlError(f"{self.id} is not restarting")
@@ -253,8 +258,15 @@ class EmulatedReplica:
         self.model, self.aliases = version, self._next_aliases
         self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver.observe(self.metrics)
-        slow, fail = self.faults.slow_factor, self.faults.fail_fraction
-        self.faults = FaultState(slow_factor=slow, fail_fraction=fail)
+        kept = self.faults
+        if kept.of_version is not None and kept.of_version != version:
+            kept = FaultState()  # the build they stood for is gone
+            self.driver.set_slowdown(1.0)
+        self.faults = FaultState(
+            slow_factor=kept.slow_factor,
+            fail_fraction=kept.fail_fraction,
+            of_version=kept.of_version,
+        )
         self.answering.set()
         self.driver.thaw()
         self.loading = None
