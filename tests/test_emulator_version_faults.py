@@ -1,6 +1,6 @@
 """Faults set for a version (router/emulator/faults.py): ``slow`` and ``fail`` given a
-``version`` stand for that build, and end when the replica restarts onto another; a
-replica the fleet file gives a ``version`` serves it, under its ``model`` too."""
+``version`` stand for that build and act only while the replica serves it; a replica the
+fleet file gives a ``version`` serves it, under its ``model`` too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ import pytest
 from router.emulator import EmulatedFleet, VersionSwitch
 from router.emulator.faults import FaultCommand, parse_fault_command
 from router.errors import ControlError
-from tests.test_emulator_support import MODEL, TIME_SCALE, Spec, any_ports, fleet_config, until
+from tests.test_emulator_support import (
+    MODEL,
+    TIME_SCALE,
+    Spec,
+    any_ports,
+    completion,
+    fleet_config,
+    until,
+)
 
 SPECS = (Spec("a"), Spec("b"))
 
@@ -32,25 +40,32 @@ async def fleet() -> AsyncIterator[EmulatedFleet]:
 
 
 async def _restart(fleet: EmulatedFleet, replica: str, version: str) -> None:
-    await fleet.switch_version(replica, VersionSwitch(version, load_s=0.0))
+    await fleet.switch_version(replica, VersionSwitch(version, load_s=0.0, aliases=(MODEL,)))
     await until(lambda: fleet.versions()[replica]["loading"] is None)
 
 
-async def test_a_fault_set_for_a_version_ends_when_another_is_loaded(fleet: EmulatedFleet) -> None:
-    await _restart(fleet, "a", "m-v2")
+async def _status(fleet: EmulatedFleet, replica: str) -> int:
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        body = {**completion(5, 3), "model": MODEL}
+        return (await client.post(fleet.url(replica) + "/v1/completions", json=body)).status_code
+
+
+async def test_a_fault_set_for_a_version_acts_only_while_that_version_is_served(
+    fleet: EmulatedFleet,
+) -> None:
     await fleet.apply("a", FaultCommand("fail", fraction=1.0, version="m-v2"))
-    await fleet.apply("b", FaultCommand("slow", factor=4.0))
+    assert await _status(fleet, "a") == 200  # it serves the model, not m-v2
+    await _restart(fleet, "a", "m-v2")
+    assert await _status(fleet, "a") == 500
     await _restart(fleet, "a", MODEL)
-    await _restart(fleet, "b", "m-v3")
-    a, b = fleet.faults()["a"], fleet.faults()["b"]
-    assert (a["fail_fraction"], a["of_version"]) == (0.0, None)
-    assert b["slow_factor"] == 4.0  # set for no version: the card's, it outlasts restarts
+    assert await _status(fleet, "a") == 200
+    assert fleet.faults()["a"]["of_version"] == "m-v2"
 
 
-async def test_a_fault_set_for_the_version_loaded_again_stays(fleet: EmulatedFleet) -> None:
-    await fleet.apply("a", FaultCommand("slow", factor=2.0, version=MODEL))
-    await _restart(fleet, "a", MODEL)
-    assert fleet.faults()["a"]["slow_factor"] == 2.0
+async def test_a_fault_set_for_no_version_outlasts_a_restart(fleet: EmulatedFleet) -> None:
+    await fleet.apply("a", FaultCommand("fail", fraction=1.0))
+    await _restart(fleet, "a", "m-v2")
+    assert await _status(fleet, "a") == 500
 
 
 def test_only_slow_and_fail_take_a_version_and_it_must_be_a_model_name() -> None:

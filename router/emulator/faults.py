@@ -6,9 +6,9 @@
   ``/health``) until ``heal``.
 - ``slow``: every engine step takes ``factor`` times as long.
 - ``fail``: a ``fraction`` of completion requests answer 500, drawn from a seeded generator.
-  ``slow`` and ``fail`` stand for the card or the version and outlast a restart, unless
-  given a ``version``: then they stand for that version's build and end when the replica
-  restarts onto another (a canary's bad version, gone once it is rolled back).
+  ``slow`` and ``fail`` stand for the card or the version and outlast a restart; given a
+  ``version`` they stand for that version's build and act only while the replica serves it
+  (a canary's bad version: gone once it is rolled back, back if it is loaded again).
 - ``refuse``: the listener closes; connections already open carry on.
 - ``freeze``: the engine stops stepping while the server answers on: ``/health``, ``/v1/models``
   and ``/metrics`` as usual, requests accepted (streams get their headers) but no token comes
@@ -44,7 +44,8 @@ class FaultState:
     slow_factor: float = 1.0
     fail_fraction: float = 0.0
     of_version: str | None = None
-    """The version ``slow`` and ``fail`` were set for; None: for the card, whatever runs."""
+    """The version ``slow`` and ``fail`` were set for (they act only while it is served);
+    None: for the card, whatever runs."""
 
     @property
     def listening(self) -> bool:
@@ -78,8 +79,8 @@ class FaultCommand:
     seed: int | None = None
     """``fail``: seed of the draws; None means the fleet's seed."""
     version: str | None = None
-    """``slow``, ``fail``: the version they stand for (they end when the replica restarts
-    onto another); None: they outlast restarts."""
+    """``slow``, ``fail``: the version they stand for (they act only while the replica serves
+    it); None: whatever it serves."""
 
 
 def parse_fault_command(body: object) -> FaultCommand:

@@ -142,8 +142,12 @@ class EmulatedReplica:
 
     def draws_failure(self) -> bool:
         """Whether this request answers 500 (the ``fail`` fault); draws only while failing."""
-        fraction = self.faults.fail_fraction
+        fraction = self.faults.fail_fraction if self._version_faults_apply() else 0.0
         return fraction > 0 and self._failures.random() < fraction
+
+    def _version_faults_apply(self) -> bool:
+        """``slow`` and ``fail`` set for a version act only while that version is served."""
+        return self.faults.of_version in (None, self.model)
 
     # --- what the GPU shows ---------------------------------------------------------------
 
@@ -201,14 +205,14 @@ class EmulatedReplica:
         self.driver.thaw()
 
     def slow(self, factor: float, version: str | None = None) -> None:
-        """``version``: the slowness is that version's, and ends when another is loaded."""
+        """``version``: the slowness is that version's: it acts only while it is served."""
         check_fault_values(factor, 0.0)
         self.faults.slow_factor = factor
         self.faults.of_version = version
-        self.driver.set_slowdown(factor)
+        self.driver.set_slowdown(factor if self._version_faults_apply() else 1.0)
 
     def fail(self, fraction: float, seed: int | None = None, version: str | None = None) -> None:
-        """``version``: the failures are that version's, and end when another is loaded."""
+        """``version``: the failures are that version's: they act only while it is served."""
         check_fault_values(1.0, fraction)
         self.faults.fail_fraction = fraction
         self.faults.of_version = version
@@ -245,8 +249,7 @@ class EmulatedReplica:
         """The second half: after ``load_s`` emulated seconds the replica listens again,
         serving the version ``go_down`` named, with fresh metrics. Faults of the process
         (kill, refuse, hang, freeze) ended with it; ``slow`` and ``fail``, which stand for
-        the card and the version, stay, unless they were set for a version that is not the
-        one loaded now."""
+        the card and the version, stay (those set for a version act while it is served)."""
         version = self.loading
         if version is None:
             raise ControlError(f"{self.id} is not restarting")
@@ -259,14 +262,12 @@ class EmulatedReplica:
         self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver.observe(self.metrics)
         kept = self.faults
-        if kept.of_version is not None and kept.of_version != version:
-            kept = FaultState()  # the build they stood for is gone
-            self.driver.set_slowdown(1.0)
         self.faults = FaultState(
             slow_factor=kept.slow_factor,
             fail_fraction=kept.fail_fraction,
             of_version=kept.of_version,
         )
+        self.driver.set_slowdown(kept.slow_factor if self._version_faults_apply() else 1.0)
         self.answering.set()
         self.driver.thaw()
         self.loading = None

@@ -194,6 +194,9 @@ class Canary(CoreListener):
             "step": self.step_index,
             "figures": {"new": new.to_dict(), "old": old.to_dict()},
             "verdict": None if self.verdict is None else self.verdict.text(s.new, s.old),
+            "judged": None
+            if self.verdict is None
+            else {"new": self.verdict.new.to_dict(), "old": self.verdict.old.to_dict()},
             "rollout": None if self.rollout is None else self.rollout.id,
             "error": self.error,
         }

@@ -118,9 +118,10 @@ def _output(shot: Shot) -> int:
 def _refuse_rollouts(scenario: Scenario) -> None:
     """ConfigError for a rollout step: the simulator does not model rollouts yet."""
     problems = [
-        Problem(str(scenario.source), a.line, f"actions[{i}].rollout", _NO_ROLLOUTS)
+        Problem(str(scenario.source), a.line, f"actions[{i}].{kind}", _NO_ROLLOUTS)
         for i, a in enumerate(scenario.actions)
-        if a.rollout is not None
+        for kind in ("rollout", "canary")
+        if getattr(a, kind) is not None
     ]
     if problems:
         raise ConfigError(problems)
