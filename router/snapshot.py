@@ -130,7 +130,7 @@ class FleetSnapshot:
     in_flight: int
     panic: str | None = None
     """Why every replica in service is routed to, healthy or not (panic mode); None: not."""
-    split: dict[str, object] | None = None
+    split: dict[str, Any] | None = None
     """The canary's or blue-green set's traffic split (router/rollout/split.py); None: none."""
 
     def to_dict(self) -> dict[str, Any]:

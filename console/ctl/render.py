@@ -103,17 +103,21 @@ def _replica_table(state: State) -> Table:
     table.add_column("replica")
     table.add_column("gpu")
     table.add_column("state")
-    table.add_column("version")
+    # Versions matter while a fleet runs two (a canary, a rollout, blue-green): only then.
+    mixed = len({r.get("version") or r.get("model") for r in state["replicas"]}) > 1
+    if mixed:
+        table.add_column("version", overflow="fold")
     table.add_column("run/bat", justify="right")
     table.add_column("weight", justify="right")
     table.add_column("util", justify="right")
     table.add_column("ttft p50/p99", justify="right")
     for r in state["replicas"]:
+        version = [r.get("version") or r.get("model", "")] if mixed else []
         table.add_row(
             r["id"],
             r["gpu_model"],
             Text(r["state"], style=_STATE_STYLE.get(r["state"], "")),
-            r.get("version") or r.get("model", ""),
+            *version,
             load_cell(r),
             weight_cell(r),
             util_cell(r),

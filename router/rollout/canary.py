@@ -354,6 +354,9 @@ class Canary(CoreListener):
         ]
 
     def _set_share(self, share: float, actor: str | None) -> None:
+        split = self.core.split
+        if split is not None and split.new == self.spec.new and split.share == share:
+            return  # already there (an abort, then its rollback): no second event
         self.share = share
         s = self.spec
         self._set_split(TrafficSplit(s.model, s.old, s.new, share))
