@@ -40,24 +40,29 @@ async def _until_phase(admin: httpx.AsyncClient, phases: set[str]) -> dict[str, 
 
 
 @pytest.mark.parametrize(
-    ("fault", "reason", "time_scale"),
+    ("fault", "reason", "time_scale", "ttft_ratio"),
     [
-        ({"fault": "fail", "fraction": 1.0}, "error rate", 100.0),
+        # TTFT left out of this verdict (a V100 canary beside an A100 on a busy machine).
+        ({"fault": "fail", "fraction": 1.0}, "error rate", 100.0, 100.0),
         # Engine steps 30 times slower against a ratio of 3: a wide margin, not a timing bet.
         # At the emulator's real speed, so that engine time (not HTTP) makes the TTFT.
-        ({"fault": "slow", "factor": 30.0}, "p99 TTFT", 1.0),
+        ({"fault": "slow", "factor": 30.0}, "p99 TTFT", 1.0, 3.0),
     ],
     ids=["failing", "slow"],
 )
 async def test_a_failing_or_slow_canary_is_rolled_back_automatically(
-    fault: dict[str, Any], reason: str, time_scale: float
+    fault: dict[str, Any], reason: str, time_scale: float, ttft_ratio: float
 ) -> None:
     async with routed(SPECS, batch_size=4, time_scale=time_scale) as (server, emulated):
-        await _canary_rolls_back(server, emulated, fault, reason)
+        await _canary_rolls_back(server, emulated, fault, reason, ttft_ratio)
 
 
 async def _canary_rolls_back(
-    server: RouterServer, emulated: EmulatedFleet, fault: dict[str, Any], reason: str
+    server: RouterServer,
+    emulated: EmulatedFleet,
+    fault: dict[str, Any],
+    reason: str,
+    ttft_ratio: float,
 ) -> None:
     port = await emulated.start_control()
     updater = {
@@ -81,7 +86,7 @@ async def _canary_rolls_back(
                 "dwell_s": 600,
                 "window_s": 600,
                 "min_requests": 10,
-                "max_ttft_ratio": 3,
+                "max_ttft_ratio": ttft_ratio,
                 "check_interval_s": 0.02,
             },
         },

@@ -32,7 +32,9 @@ actions:
     canary:
       version: llama-v2
       replicas: [v0]
-      canary: {steps: [50, 100], dwell_s: 100, window_s: 60, min_requests: 8}
+      # TTFT left out of the verdict (a V100 canary beside A100s on a busy test machine):
+      # the failures decide.
+      canary: {steps: [50, 100], dwell_s: 100, window_s: 60, min_requests: 8, max_ttft_ratio: 100}
       floor: 0.6
       check_interval_s: 0.5
       updater: {emulator: {load_s: 2}}
@@ -147,5 +149,5 @@ async def test_a_failing_canary_rolls_itself_back_live_and_its_checks_hold(tmp_p
     assert canary["phase"] == "rolled back"
     assert canary["on_new"] == []
     assert canary["judged"]["new"]["errors"] > 0  # the figures the rollback was decided on
-    assert "error rate" in canary["verdict"]
+    assert canary["verdict"].startswith("error rate")
     assert report.summary()["lost"] == 0
