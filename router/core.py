@@ -39,6 +39,7 @@ from router.strategies import Strategy, create_strategy
 from router.tuning import Tuner
 
 if TYPE_CHECKING:
+    from router.rollout.split import TrafficSplit
     from router.workers.shared_load import SharedLoad
 
 # How far down the queue a dispatch looks for a request some open replica can take; bounds
@@ -90,6 +91,10 @@ class CoreListener:
 
     def on_finish(self, finished: Finished) -> None:
         """A request ended."""
+
+    def on_attempt(self, assignment: Assignment, ok: bool) -> None:
+        """An attempt ended on its replica: well (``ok``) or failed (it may be retried);
+        what a canary's judge compares versions by (router/rollout/judge.py)."""
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
         """A replica moved from ``old`` to ``replica.state`` (why: ``replica.state_reason``)."""
@@ -145,6 +150,8 @@ class RouterCore:
         self.panic: str | None = None
         """Why the health monitor routes to every replica in service, healthy or not (panic
         mode, router/http/health.py); None while it does not."""
+        self.split: TrafficSplit | None = None
+        """A canary's or blue-green switch's traffic split (router/rollout/split.py)."""
         s = self.settings.strategy
         self.strategy: Strategy = self._attach(create_strategy(s.name, s.params, self.rng))
 
@@ -197,6 +204,7 @@ class RouterCore:
         lengths = (req.prompt_tokens, produced)
         self.capacity.completed(r, lengths, req.cost, a.share_mark, a.started, now)
         r.completed += 1
+        self._attempt_ended(a, True)
         self._finish(req, Outcome.COMPLETED, replica=r.id)
         self._settle(r)
         self.dispatch()
@@ -208,6 +216,9 @@ class RouterCore:
         self._release(a)
         r, req = a.replica, a.request
         r.failed += 1
+        self._attempt_ended(a, False)
+        if self.split is not None:
+            req.split_failed = r.version
         may_retry = retryable and a.first_byte is None
         if may_retry and req.attempts < self.settings.retries.attempts:
             self.stats[r.index].retries += 1
@@ -363,10 +374,26 @@ class RouterCore:
             # every peer's queue holds about as many as ours (an even balancer): a request's
             # turn for a slot counts them all (shortest-expected-delay weighs waiting by it).
             req.waiting_ahead = (scanned + 1) * (1 + self.peers.count) - 1
+            self._choose_version(req)
             replica = self.strategy.pick(req, now)
             if replica is not None:
                 return req, replica
         return None
+
+    def _choose_version(self, req: Request) -> None:
+        """The one place a traffic split enters routing: it names the version the request
+        goes to, and ``Replica.fits`` admits only that version's replicas."""
+        split = self.split
+        if split is None:
+            req.version = None
+            return
+        if req.split_coin is None:
+            req.split_coin = self.rng.random()
+        req.version = split.version_for(req, self.pool.replicas)
+
+    def _attempt_ended(self, a: Assignment, ok: bool) -> None:
+        for listener in self.listeners:
+            listener.on_attempt(a, ok)
 
     def _start(self, req: Request, r: Replica) -> None:
         now = self.clock()
@@ -395,6 +422,12 @@ class RouterCore:
             listener.on_assign(a)
 
     # ---- operator actions (called by the control surface) ---------------------------------
+
+    def set_split(self, split: TrafficSplit | None) -> None:
+        """Split a model's requests between two versions from the next pick on (None: route
+        by name alone); requests running stay where they are."""
+        self.split = split
+        self.dispatch()
 
     def set_strategy(self, name: str, params: dict[str, object] | None = None) -> str:
         """Switch strategy for the next decision; in-flight work is untouched."""

@@ -202,6 +202,18 @@ class Replica:
         served = self.served_models
         return (self.config.model,) if served is None else served
 
+    @property
+    def version(self) -> str:
+        """The model version it runs: the fleet file's ``version`` while the replica lists it
+        (or has not answered yet), else the first name its ``/v1/models`` lists (an engine
+        lists its version first, then the stable names it is also served under), else the
+        fleet file's ``model``."""
+        declared = self.config.version
+        served = self.served_models
+        if served is None or not served:
+            return declared or self.config.model
+        return declared if declared in served else served[0]
+
     def serves(self, model: str) -> bool:
         """Whether requests for ``model`` may go here: the one rule of model-aware routing.
 
@@ -226,6 +238,8 @@ class Replica:
         """Whether the replica could ever serve the request (its model, context and KV budget)."""
         if request.model is not None and not self.serves(request.model):
             return False
+        if request.version is not None and self.version != request.version:
+            return False  # a traffic split sent it to the other version (router/rollout/split)
         need = request.total_tokens
         limit = self.config.max_context_tokens
         kv = self.kv_limit

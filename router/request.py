@@ -50,6 +50,14 @@ class Request:
     """Attempts started so far (a preemption does not count as a failed attempt)."""
     avoid: set[int] = field(default_factory=set)
     """Replica indexes this request failed on; retries go elsewhere when they can."""
+    version: str | None = None
+    """The version a traffic split sends it to, set by the core before each pick (None: any
+    replica that serves ``model``; router/rollout/split.py)."""
+    split_coin: float | None = None
+    """Its draw in [0, 1) for the split, made once when it arrives: a request keeps its side
+    while it waits, whatever the share does between picks only moves the threshold."""
+    split_failed: str | None = None
+    """The version an attempt of it failed on: its retry goes to the other side."""
     waiting_ahead: int = 0
     """Requests ahead of it in the router's queue that the dispatch now under way could not
     place (set by the core before each pick): they take the next free slots first."""

@@ -84,6 +84,9 @@ class ReplicaSnapshot:
     """What its own ``/v1/models`` listed last (None: not asked yet; the fleet file stands)."""
     model_mismatch: str | None = None
     """``serves X, fleet file says Y`` when what it serves leaves out the declared model."""
+    version: str = ""
+    """The model version it runs (``Replica.version``: the fleet file's ``version``, or the
+    first name its ``/v1/models`` lists)."""
     state_reason: str = ""
     """Why it is in its state (an ejection's reason, ``by alice``); ``""``: none given."""
 
@@ -127,6 +130,8 @@ class FleetSnapshot:
     in_flight: int
     panic: str | None = None
     """Why every replica in service is routed to, healthy or not (panic mode); None: not."""
+    split: dict[str, Any] | None = None
+    """The canary's or blue-green set's traffic split (router/rollout/split.py); None: none."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,6 +164,7 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
         outcomes={str(k): v for k, v in core.outcomes.items()},
         in_flight=len(core.running),
         panic=core.panic,
+        split=None if core.split is None else core.split.to_dict(),
     )
 
 
@@ -232,6 +238,7 @@ def _replica(
         model=r.config.model,
         served_models=r.served_models,
         model_mismatch=r.model_mismatch,
+        version=r.version,
         state_reason=r.state_reason,
     )
 

@@ -10,9 +10,10 @@ import pytest
 from router.scenario import load_scenario
 from tests.scenario_helpers import EXAMPLES, Run, run_cli
 
-LIVE_ONLY = frozenset({"rollout-mixed"})
-"""Examples with a rollout step, which the simulator does not run yet: --simulate refuses
-them (exit 2), and tests/test_scenario_rollout.py loads them and runs a rollout live."""
+LIVE_ONLY = frozenset({"rollout-mixed", "canary-failing"})
+"""Examples with a rollout or canary step, which the simulator does not run yet: --simulate
+refuses them (exit 2); tests/test_scenario_rollout.py and tests/test_scenario_canary.py load
+them and run a rollout or a canary live."""
 SCENARIOS = sorted(p for p in EXAMPLES.glob("*.yaml") if p.stem not in LIVE_ONLY)
 
 

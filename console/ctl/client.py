@@ -142,6 +142,19 @@ class AdminClient:
             raise UnreachableError("/admin/rollout answered no preview; is the router older?")
         return preview
 
+    def split(self) -> dict[str, Any] | None:
+        """The canary's or blue-green set's traffic split; None when there is none."""
+        return _split_of(json_object(self._send("GET", "/admin/split"), "/admin/split"))
+
+    def split_action(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Start or steer a canary or blue-green switch; the split's state afterwards
+        (:class:`RefusedError` when refused)."""
+        response = self._send("POST", "/admin/split", json=dict(body))
+        split = _split_of(json_object(response, "/admin/split"))
+        if split is None:
+            raise UnreachableError("/admin/split answered no split after an action")
+        return split
+
     def follow(self, since: int = 0) -> Generator[dict[str, Any], None, None]:
         """The audit trail after ``since``, then each new event as it happens.
 
@@ -250,6 +263,13 @@ def _rollout_of(data: dict[str, Any]) -> dict[str, Any] | None:
             "/admin/rollout did not answer a rollout; is it a gpurouter admin API?"
         )
     return rollout
+
+
+def _split_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    split = data.get("split", False)
+    if split is not None and not isinstance(split, dict):
+        raise UnreachableError("/admin/split did not answer a split; is it a gpurouter admin API?")
+    return split
 
 
 def event_line(line: str) -> dict[str, Any]:

@@ -84,6 +84,17 @@ def _header(state: State) -> list[Text]:
         ),
         Text(f"queue {queue['depth']}/{queue['capacity']} ({by_priority or 'empty'})"),
         imbalance,
+        *_split_line(state.get("split")),
+    ]
+
+
+def _split_line(split: dict[str, Any] | None) -> list[Text]:
+    """The traffic split between two versions of a model, when one is set."""
+    if not split:
+        return []
+    share = split["share"]
+    return [
+        Text(f"split {split['model']}: {split['new']} {share:.0%} · {split['old']} {1 - share:.0%}")
     ]
 
 
@@ -92,15 +103,21 @@ def _replica_table(state: State) -> Table:
     table.add_column("replica")
     table.add_column("gpu")
     table.add_column("state")
+    # Versions matter while a fleet runs two (a canary, a rollout, blue-green): only then.
+    mixed = len({r.get("version") or r.get("model") for r in state["replicas"]}) > 1
+    if mixed:
+        table.add_column("version", overflow="fold")
     table.add_column("run/bat", justify="right")
     table.add_column("weight", justify="right")
     table.add_column("util", justify="right")
     table.add_column("ttft p50/p99", justify="right")
     for r in state["replicas"]:
+        version = [r.get("version") or r.get("model", "")] if mixed else []
         table.add_row(
             r["id"],
             r["gpu_model"],
             Text(r["state"], style=_STATE_STYLE.get(r["state"], "")),
+            *version,
             load_cell(r),
             weight_cell(r),
             util_cell(r),

@@ -26,6 +26,10 @@ STEERING = {
 }
 
 
+SPLIT_ACTIONS = frozenset({"canary", "split", "switch", "switch-back", "release"})
+"""``ctl rollout`` actions of the traffic split (console/ctl/split.py)."""
+
+
 def add_parser(sub: Any, parent: argparse.ArgumentParser, parser_class: type) -> None:
     """``rollout`` and its own subcommands; ``parent`` carries the connection options."""
     as_json = argparse.ArgumentParser(add_help=False, parents=[parent])
@@ -41,6 +45,9 @@ def add_parser(sub: Any, parent: argparse.ArgumentParser, parser_class: type) ->
     actions.add_parser("status", parents=[as_json], help="the rollout's plan and each step")
     for name, help_text in STEERING.items():
         actions.add_parser(name, parents=[as_json], help=help_text)
+    from console.ctl.split import add_parsers
+
+    add_parsers(actions, as_json, parser_class)
 
 
 def _add_start(p: argparse.ArgumentParser) -> None:
@@ -57,6 +64,11 @@ def _add_start(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-drain-timeout", choices=("wait", "preempt"))
     p.add_argument("--ready-timeout", type=float, metavar="S", dest="ready_timeout_s")
     p.add_argument("--check-interval", type=float, metavar="S", dest="check_interval_s")
+    add_updater_options(p)
+
+
+def add_updater_options(p: argparse.ArgumentParser) -> None:
+    """The updater's options, shared by ``start`` and ``canary start``."""
     p.add_argument(
         "--command",
         dest="update_command",
@@ -87,7 +99,6 @@ def _add_start(p: argparse.ArgumentParser) -> None:
 
 def start_body(args: argparse.Namespace) -> dict[str, Any]:
     """The admin API's ``start``: only what was given, the router fills in the rest."""
-    from console.ctl import BadValueError
 
     settings: dict[str, Any] = {}
     for key in (
@@ -104,12 +115,18 @@ def start_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.order is not None:
         named = args.order in ("weakest-first", "strongest-first")
         settings["order"] = args.order if named else [r.strip() for r in args.order.split(",")]
+    settings.update(updater_settings(args, "start"))
+    return {"action": "start", "version": args.rollout_version, "settings": settings}
+
+
+def updater_settings(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """``{"updater": ...}`` when one was given on the command line, else nothing."""
+    from console.ctl import BadValueError
+
     updater = _updater(args)
     if updater == "both":
-        raise BadValueError("start: give --command or --http-url, not both")
-    if updater is not None:
-        settings["updater"] = updater
-    return {"action": "start", "version": args.rollout_version, "settings": settings}
+        raise BadValueError(f"{command}: give --command or --http-url, not both")
+    return {} if updater is None else {"updater": updater}
 
 
 def _updater(args: argparse.Namespace) -> dict[str, Any] | str | None:
@@ -132,6 +149,11 @@ def _updater(args: argparse.Namespace) -> dict[str, Any] | str | None:
 
 def run(client: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
     action = args.rollout_action
+    if action in SPLIT_ACTIONS:
+        from console.ctl.split import run as run_split
+
+        run_split(client, args, out)
+        return
     if action == "status":
         rollout = client.rollout()
     elif action == "start" and args.dry_run:

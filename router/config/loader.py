@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import itertools
 import json
 import math
 import re
@@ -32,6 +33,7 @@ from urllib.parse import urlsplit
 from router.config.schema import (
     AdaptiveConfig,
     BrokerConfig,
+    CanaryConfig,
     CommandUpdaterConfig,
     ConsoleConfig,
     ControlConfig,
@@ -54,7 +56,13 @@ from router.config.schema import (
 from router.errors import ConfigError, ControlError, Problem
 from router.operator_values import MAX_BATCH_SIZE, MAX_WEIGHT, MIN_WEIGHT
 from router.perf.profiles import ProfileCatalog, UnknownProfileError, load_catalog
-from router.rollout.templates import SAMPLE, fill, split_command, template_problem
+from router.rollout.templates import (
+    SAMPLE,
+    VERSION_NAME,
+    fill,
+    split_command,
+    template_problem,
+)
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
 
 __all__ = ["load_fleet", "parse_fleet", "parse_rollout_settings", "unprofiled_kinds"]
@@ -195,6 +203,22 @@ def _json_template(v: str) -> str | None:
     return None
 
 
+def _version(v: str) -> str | None:
+    if VERSION_NAME.match(v):
+        return None
+    return f"must be a model name such as 'org/model-v2', got {v!r}"
+
+
+def _steps(v: tuple[float, ...]) -> str | None:
+    if not v:
+        return "must name at least one percentage"
+    if any(not 0 < p <= 100 for p in v):
+        return f"each step must be > 0 and <= 100, got {list(v)}"
+    if any(b <= a for a, b in itertools.pairwise(v)):
+        return f"each step must be above the one before, got {list(v)}"
+    return None
+
+
 def _strategy(v: str) -> str | None:
     # Imported here: router.strategies imports router.replica, which imports this package.
     from router.strategies import STRATEGIES
@@ -226,6 +250,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (ReplicaConfig, "tier"): _name,
     (ReplicaConfig, "max_context_tokens"): _at_least(1),
     (ReplicaConfig, "kv_capacity_tokens"): _at_least(1),
+    (ReplicaConfig, "version"): _version,
     (StrategyConfig, "name"): _strategy,
     (QueueConfig, "size"): _at_least(1),
     (QueueConfig, "default_deadline_s"): _above(0),
@@ -296,6 +321,14 @@ _RULES: dict[tuple[type, str], Rule] = {
     (RolloutConfig, "ready_timeout_s"): _above(0),
     (RolloutConfig, "check_interval_s"): _above(0),
     (RolloutConfig, "load_estimate_s"): _at_least(0),
+    (RolloutConfig, "green"): _version,
+    (CanaryConfig, "steps"): _steps,
+    (CanaryConfig, "dwell_s"): _at_least(0),
+    (CanaryConfig, "window_s"): _above(0),
+    (CanaryConfig, "min_requests"): _at_least(1),
+    (CanaryConfig, "max_error_rate_increase"): _within(0, 1),
+    (CanaryConfig, "max_ttft_ratio"): _above(1),
+    (CanaryConfig, "check_interval_s"): _above(0),
     (CommandUpdaterConfig, "run"): _command_line,
     (CommandUpdaterConfig, "timeout_s"): _above(0),
     (HttpUpdaterConfig, "url"): _url_template,
@@ -519,7 +552,23 @@ def _complete(r: _Reader, fleet: FleetConfig, directory: Path) -> FleetConfig:
         for q, replica in _each(f"{p}.replicas", node.replicas)
     )
     _unique(r, "replica id", ids)
+    _check_green(r, fleet, nodes)
     return dataclasses.replace(fleet, nodes=nodes, profiles=profiles)
+
+
+def _check_green(r: _Reader, fleet: FleetConfig, nodes: tuple[NodeConfig, ...]) -> None:
+    """A green version names a standby set: some replicas, and not every one of their model."""
+    green = fleet.rollout.green if _ok(fleet.rollout) else None
+    if green is None or green is _BAD:
+        return
+    replicas = [x for n in nodes for x in n.replicas if _ok(x)]
+    models = {x.model for x in replicas if x.version == green}
+    if not models:
+        r.problem("rollout.green", f"no replica has 'version: {green}'")
+    elif len(models) > 1:
+        r.problem("rollout.green", f"the green set serves several models: {sorted(models)}")
+    elif all(x.version == green for x in replicas if x.model in models):
+        r.problem("rollout.green", f"every replica of {next(iter(models))} is green; no blue set")
 
 
 def _each(path: str, items: Any) -> Iterator[tuple[str, Any]]:
@@ -691,6 +740,11 @@ def parse_rollout_settings(
     if reader.problems:
         raise ConfigError([dataclasses.replace(p, line=None) for p in reader.problems])
     given = {key: getattr(parsed, key) for key in settings}
+    canary = settings.get("canary")
+    if isinstance(canary, Mapping):  # its keys over the base's, not over the defaults
+        given["canary"] = dataclasses.replace(
+            base.canary, **{key: getattr(parsed.canary, key) for key in canary}
+        )
     return dataclasses.replace(base, **given)
 
 

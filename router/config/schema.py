@@ -60,6 +60,10 @@ class ReplicaConfig:
     """Longest prompt + output the replica accepts (its engine's max model length), if known."""
     kv_capacity_tokens: int | None = None
     """Tokens the replica's KV cache holds, if known; used by the capacity-aware strategy."""
+    version: str | None = None
+    """The model version it runs (a served model name, for example ``llama-v2``), when it is
+    not ``model`` itself: a declaration, like ``model``; once the replica answers
+    ``/v1/models`` the first name it lists is its version (docs/rollouts.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +379,28 @@ class UpdaterConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryConfig:
+    """A canary's traffic split and its automatic rollback (docs/rollouts.md#canary)."""
+
+    steps: tuple[float, ...] = (5.0, 25.0, 50.0, 100.0)
+    """Percentages of the stable name's requests sent to the new version, in order, each
+    above 0, at most 100 and above the one before; the last one held ``dwell_s`` promotes."""
+    dwell_s: float = 60.0
+    """How long each step is held before the next (when the canary steps on its own)."""
+    window_s: float = 60.0
+    """The sliding window the new and old versions' error rates and p99 TTFT are taken over."""
+    min_requests: int = 20
+    """Requests each version must have finished in the window before they are compared."""
+    max_error_rate_increase: float = 0.05
+    """Roll back when the new version's error rate exceeds the old one's by more than this
+    (0.05: five percentage points)."""
+    max_ttft_ratio: float = 2.0
+    """Roll back when the new version's p99 TTFT exceeds this many times the old one's."""
+    check_interval_s: float = 1.0
+    """How often the two versions are compared."""
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutConfig:
     """Model rollouts in rolling waves (docs/rollouts.md): the defaults a rollout starts with."""
 
@@ -400,6 +426,11 @@ class RolloutConfig:
     is used instead where there is one."""
     updater: UpdaterConfig | None = None
     """How each replica is updated; without one, a rollout must name its own."""
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
+    """Canary defaults: the steps, the dwell and the rollback judge's thresholds."""
+    green: str | None = None
+    """Blue-green: the version of the standby (green) set, the replicas whose ``version`` is
+    this; they take none of their model's requests until ``switch`` (docs/rollouts.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@
   ``/health``) until ``heal``.
 - ``slow``: every engine step takes ``factor`` times as long.
 - ``fail``: a ``fraction`` of completion requests answer 500, drawn from a seeded generator.
+  ``slow`` and ``fail`` stand for the card or the version and outlast a restart; given a
+  ``version`` they stand for that version's build and act only while the replica serves it
+  (a canary's bad version: gone once it is rolled back, back if it is loaded again).
 - ``refuse``: the listener closes; connections already open carry on.
 - ``freeze``: the engine stops stepping while the server answers on: ``/health``, ``/v1/models``
   and ``/metrics`` as usual, requests accepted (streams get their headers) but no token comes
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from router.errors import ControlError
+from router.rollout.templates import VERSION_NAME
 
 __all__ = ["FaultCommand", "FaultName", "FaultState", "parse_fault_command"]
 
@@ -39,6 +43,9 @@ class FaultState:
     frozen: bool = False
     slow_factor: float = 1.0
     fail_fraction: float = 0.0
+    of_version: str | None = None
+    """The version ``slow`` and ``fail`` were set for (they act only while it is served);
+    None: for the card, whatever runs."""
 
     @property
     def listening(self) -> bool:
@@ -56,6 +63,7 @@ class FaultState:
             "frozen": self.frozen,
             "slow_factor": self.slow_factor,
             "fail_fraction": self.fail_fraction,
+            "of_version": self.of_version,
         }
 
 
@@ -70,6 +78,9 @@ class FaultCommand:
     """``fail``: the share of requests that answer 500 (0..1)."""
     seed: int | None = None
     """``fail``: seed of the draws; None means the fleet's seed."""
+    version: str | None = None
+    """``slow``, ``fail``: the version they stand for (they act only while the replica serves
+    it); None: whatever it serves."""
 
 
 def parse_fault_command(body: object) -> FaultCommand:
@@ -84,7 +95,13 @@ def parse_fault_command(body: object) -> FaultCommand:
     seed = body.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ControlError("'seed' must be an integer")
-    command = FaultCommand(fault, factor, fraction, seed)
+    version = body.get("version")
+    if version is not None:
+        if fault not in ("slow", "fail"):
+            raise ControlError("only 'slow' and 'fail' take a 'version'")
+        if not isinstance(version, str) or not VERSION_NAME.match(version):
+            raise ControlError(f"'version' must be a model name, got {version!r}")
+    command = FaultCommand(fault, factor, fraction, seed, version)
     check_fault_values(command.factor, command.fraction)
     return command
 

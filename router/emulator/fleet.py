@@ -201,9 +201,9 @@ class EmulatedFleet:
             case "thaw":
                 replica.thaw()
             case "slow":
-                replica.slow(command.factor)
+                replica.slow(command.factor, command.version)
             case "fail":
-                replica.fail(command.fraction, command.seed)
+                replica.fail(command.fraction, command.seed, command.version)
             case "heal" | "revive":
                 await replica.heal()
 

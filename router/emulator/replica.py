@@ -59,15 +59,16 @@ class EmulatedReplica:
         self.deployment = deployment_for(config, catalog)
         self.engine = engine_for(config, catalog)
         self.max_model_len = config.max_context_tokens or self.deployment.model.max_context_tokens
-        self.model = config.model
-        """The served model name now: the fleet file's, until a version switch (``restart``)."""
-        self.aliases: tuple[str, ...] = ()
-        """More names it serves the model under (vLLM's ``--served-model-name m m-v2``)."""
+        version = config.version or config.model
+        self.model = version
+        """The served model name now: the fleet file's ``version`` (else its ``model``), until
+        a version switch (``restart``)."""
+        self.aliases: tuple[str, ...] = () if version == config.model else (config.model,)
+        """More names it serves the model under (vLLM's ``--served-model-name m-v2 m``): a
+        replica the fleet file gives a ``version`` also answers to its ``model``."""
         self.loading: str | None = None
         """The version a restart is loading (the port refuses meanwhile); None when serving."""
-        self.metrics = ReplicaMetrics(
-            config.model, self.engine, self.max_model_len, self.deployment
-        )
+        self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver = EngineDriver(self.engine, time_scale=time_scale, observer=self.metrics)
         self.faults = FaultState()
         self.host = host
@@ -141,8 +142,12 @@ class EmulatedReplica:
 
     def draws_failure(self) -> bool:
         """Whether this request answers 500 (the ``fail`` fault); draws only while failing."""
-        fraction = self.faults.fail_fraction
+        fraction = self.faults.fail_fraction if self._version_faults_apply() else 0.0
         return fraction > 0 and self._failures.random() < fraction
+
+    def _version_faults_apply(self) -> bool:
+        """``slow`` and ``fail`` set for a version act only while that version is served."""
+        return self.faults.of_version in (None, self.model)
 
     # --- what the GPU shows ---------------------------------------------------------------
 
@@ -199,14 +204,18 @@ class EmulatedReplica:
         self.faults.frozen = False
         self.driver.thaw()
 
-    def slow(self, factor: float) -> None:
+    def slow(self, factor: float, version: str | None = None) -> None:
+        """``version``: the slowness is that version's: it acts only while it is served."""
         check_fault_values(factor, 0.0)
         self.faults.slow_factor = factor
-        self.driver.set_slowdown(factor)
+        self.faults.of_version = version
+        self.driver.set_slowdown(factor if self._version_faults_apply() else 1.0)
 
-    def fail(self, fraction: float, seed: int | None = None) -> None:
+    def fail(self, fraction: float, seed: int | None = None, version: str | None = None) -> None:
+        """``version``: the failures are that version's: they act only while it is served."""
         check_fault_values(1.0, fraction)
         self.faults.fail_fraction = fraction
+        self.faults.of_version = version
         chosen = self.seed if seed is None else seed
         self._failures = random.Random(f"{chosen}:{self.id}:failures")
 
@@ -240,7 +249,7 @@ class EmulatedReplica:
         """The second half: after ``load_s`` emulated seconds the replica listens again,
         serving the version ``go_down`` named, with fresh metrics. Faults of the process
         (kill, refuse, hang, freeze) ended with it; ``slow`` and ``fail``, which stand for
-        the card and the version, stay."""
+        the card and the version, stay (those set for a version act while it is served)."""
         version = self.loading
         if version is None:
             raise ControlError(f"{self.id} is not restarting")
@@ -252,8 +261,13 @@ class EmulatedReplica:
         self.model, self.aliases = version, self._next_aliases
         self.metrics = ReplicaMetrics(version, self.engine, self.max_model_len, self.deployment)
         self.driver.observe(self.metrics)
-        slow, fail = self.faults.slow_factor, self.faults.fail_fraction
-        self.faults = FaultState(slow_factor=slow, fail_fraction=fail)
+        kept = self.faults
+        self.faults = FaultState(
+            slow_factor=kept.slow_factor,
+            fail_fraction=kept.fail_fraction,
+            of_version=kept.of_version,
+        )
+        self.driver.set_slowdown(kept.slow_factor if self._version_faults_apply() else 1.0)
         self.answering.set()
         self.driver.thaw()
         self.loading = None

@@ -28,6 +28,12 @@
   turn), 400 when it cannot be read (a bad setting names its key). ``{"action": "preview",
   "version", "settings"}`` answers ``{"preview": ...}``, the plan and the simulator's
   prediction, starting nothing (refused as a start would be). docs/rollouts.md.
+- ``GET /admin/split``: the canary's or blue-green set's traffic split, ``{"split": ...}``
+  (null when there is none). ``POST /admin/split``: ``{"action": "canary", "version": ...,
+  "replicas": [...], "manual": false, "settings": {...}}`` starts a canary; ``{"action":
+  "step", "percent": 25}``, ``"promote"``, ``"abort"`` steer it; ``"switch"``, ``"switch
+  back"``, ``"release"`` steer the fleet file's blue-green set. 200 with the split's state,
+  409 refused, 400 unreadable.
 
 When a token is set every request needs ``Authorization: Bearer <token>`` (the scheme in any
 case): none answers 401, a wrong one 403 (compared in constant time). A fleet file whose
@@ -79,6 +85,7 @@ from router.http.metrics import RouterMetrics
 from router.http.responses import OTHER_ADMIN_ROUTE
 from router.in_flight import in_flight
 from router.rollout.manager import ACTIONS, RolloutManager
+from router.rollout.splits import SPLIT_ACTIONS
 from router.rollout.templates import VERSION_NAME
 from router.telemetry.status import TelemetryStatus
 
@@ -95,6 +102,7 @@ ROUTES = frozenset(
         "/admin/events",
         "/admin/decisions",
         "/admin/rollout",
+        "/admin/split",
     )
 )
 
@@ -181,6 +189,10 @@ class AdminApi:
                     await send_json(send, 200, {"rollout": self._rollouts().status()})
                 case ("POST", "/admin/rollout"):
                     await self._rollout(receive, send, headers)
+                case ("GET", "/admin/split"):
+                    await send_json(send, 200, {"split": self._rollouts().splits.status()})
+                case ("POST", "/admin/split"):
+                    await self._split(receive, send, headers)
                 case ("GET", "/admin/decisions"):
                     limit = _int(query, "limit", self.core.settings.decision_log_size)
                     decisions = list(self.core.decisions)[-limit:] if limit > 0 else []
@@ -276,6 +288,24 @@ class AdminApi:
             return
         await send_json(send, 200, {"rollout": manager.status()})
 
+    async def _split(self, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        splits = self._rollouts().splits
+        data = await self._json_body(receive, headers)
+        action, actor = data.get("action"), headers.get("x-actor") or "admin"
+        if action not in SPLIT_ACTIONS:
+            raise bad_request(f"`action` must be one of {', '.join(SPLIT_ACTIONS)}", "action")
+        unknown = sorted(set(data) - _SPLIT_KEYS.get(str(action), {"action"}))
+        if unknown:
+            raise bad_request(f"`{action}` takes no key `{unknown[0]}`")
+        try:
+            await splits.act(str(action), data, actor)
+        except ConfigError as exc:
+            raise bad_request("; ".join(f"{p.key}: {p.message}" for p in exc.problems)) from None
+        except RolloutError as exc:
+            note_reason(send, "command_refused")
+            raise HttpError(409, str(exc), code="rollout_refused") from None
+        await send_json(send, 200, {"split": splits.status()})
+
     async def _json_body(
         self, receive: Receive, headers: dict[str, str], what: str = "a JSON object"
     ) -> dict[str, Any]:
@@ -331,6 +361,13 @@ class AdminApi:
             unsubscribe()
             self._followers.discard(queue)
             watcher.cancel()
+
+
+_SPLIT_KEYS = {
+    "canary": {"action", "version", "replicas", "model", "manual", "settings"},
+    "step": {"action", "percent"},
+}
+"""The keys each split action takes beside ``action`` (the others take none)."""
 
 
 def token_refusal(token: bytes | None, headers: dict[str, str]) -> HttpError | None:

@@ -98,6 +98,9 @@ class RolloutSpec:
     on_drain_timeout: Literal["wait", "preempt"] = "wait"
     ready_timeout_s: float = 900.0
     check_interval_s: float = 1.0
+    replicas: tuple[str, ...] | None = None
+    """Only these replicas (a canary's); None: the whole fleet. The rest of the fleet's
+    capacity in service counts toward the floor."""
 
     @classmethod
     def from_config(
@@ -189,7 +192,11 @@ class Rollout(CoreListener):
         self.clock = clock
         self._sleep = sleep
         self.id = f"rollout-{next(_ids)}"
-        out = [r.id for r in core.pool if r.state is not ReplicaState.ACTIVE]
+        ids = [r.id for r in core.pool] if spec.replicas is None else list(spec.replicas)
+        unknown = [rid for rid in ids if rid not in core.pool.by_id]
+        if unknown or not ids:
+            raise RolloutError(f"no replica {unknown[0]!r}" if unknown else "no replica to roll")
+        out = [rid for rid in ids if core.replica(rid).state is not ReplicaState.ACTIVE]
         if out:
             raise RolloutError(
                 f"{out[0]} is {core.replica(out[0]).state}; a rollout starts with every "
@@ -197,9 +204,14 @@ class Rollout(CoreListener):
             )
         now = clock()
         self.capacity = {r.id: core.capacity.estimate(r, now).rate for r in core.pool}
-        members = [Member(rid, c) for rid, c in self.capacity.items()]
-        self.plan = plan_waves(members, spec.floor, spec.order)
-        self.old = {r.id: r.models[0] if r.models else r.config.model for r in core.pool}
+        members = [Member(rid, self.capacity[rid]) for rid in ids]
+        staying = sum(
+            c
+            for rid, c in self.capacity.items()
+            if rid not in ids and core.replica(rid).state is ReplicaState.ACTIVE
+        )
+        self.plan = plan_waves(members, spec.floor, spec.order, staying=staying)
+        self.old = {rid: _first_name(core.replica(rid)) for rid in ids}
         self.versions = dict(self.old)
         self.steps = dict.fromkeys(self.plan.order, Step.PENDING)
         self.phase = Phase.RUNNING
@@ -519,3 +531,8 @@ class Rollout(CoreListener):
         for step in self.steps.values():
             counts[str(step)] = counts.get(str(step), 0) + 1
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def _first_name(r: Replica) -> str:
+    """The name a replica is moved back to on a rollback: the first it serves (its version)."""
+    return r.models[0] if r.models else r.config.model

@@ -45,6 +45,7 @@ from router.rollout.preview import (
 )
 from router.rollout.probe import HttpServingProbe
 from router.rollout.simulated import SimRolloutSpec
+from router.rollout.splits import CANARY_GOING, Splits
 from router.rollout.templates import VERSION_NAME
 from router.rollout.updaters import Target, build_updater
 
@@ -76,6 +77,12 @@ class RolloutManager:
         self._predicting: asyncio.Task[None] | None = None
         self._pool: ProcessPoolExecutor | None = None
         self._session: aiohttp.ClientSession | None = None
+        self.splits = Splits(core, control, self.run, self.going)
+        """The canary or blue-green traffic split (``/admin/split``)."""
+
+    def going(self) -> bool:
+        """Whether a rollout is under way (running, paused or rolling back)."""
+        return self.current is not None and self.current.phase in _GOING
 
     def status(self) -> dict[str, Any] | None:
         """The current (or last) rollout's state and progress, with its prediction (None
@@ -99,8 +106,21 @@ class RolloutManager:
         goes on) from the fleet as it was at the start, and its cost to the traffic measured."""
         if self.current is not None and self.current.phase in _GOING:
             raise RolloutError(f"{self.current.id} is {self.current.phase}; one rollout at a time")
+        canary = self.splits.canary
+        if canary is not None and canary.phase in CANARY_GOING:
+            raise RolloutError(f"{canary.id} is {canary.phase}; a rollout waits for it to end")
         spec, config = self._spec(version, settings)
         state = fleet_state(self.core)  # before the first drain changes it
+        rollout = self.run(spec, actor)
+        self._predicting = asyncio.create_task(
+            self._predict(rollout, state, sim_spec(spec, config))
+        )
+        return rollout
+
+    def run(self, spec: RolloutSpec, actor: str = "rollout") -> Rollout:
+        """Build and start a rollout as the current one, its cost to the traffic measured (a
+        canary's rollouts come here too, so ``ctl rollout status`` follows them);
+        RolloutError when it cannot be planned."""
         rollout = Rollout(
             spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
         )
@@ -109,9 +129,6 @@ class RolloutManager:
         meter = RolloutMeter(self.core)
         self.meter = meter
         rollout.start().add_done_callback(lambda _: meter.close())
-        self._predicting = asyncio.create_task(
-            self._predict(rollout, state, sim_spec(spec, config))
-        )
         return rollout
 
     async def preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
@@ -181,6 +198,7 @@ class RolloutManager:
     async def close(self) -> None:
         """The router is stopping: cancel a rollout still going (its replicas' states die
         with this router) and close the probe's session."""
+        await self.splits.close()
         if self.current is not None:
             await self.current.cancel()
         if self._predicting is not None:

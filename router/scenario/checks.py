@@ -15,6 +15,10 @@ Three families, by what they read:
   ``rollout_phase`` (``equals: done``), ``rollout_capacity_lowest`` (the lowest share of the
   fleet's capacity in service, from the rollout's own status) and ``rollout_behind`` (replicas
   not on the new version by the rollout's account or their own ``/v1/models``).
+- **canary** metrics read what the scenario's canary step did, at the end of the run:
+  ``canary_phase`` (``equals: rolled back``), ``canary_share`` (the new version's share of
+  the split at the end: 0 once it is over) and ``canary_on_new`` (replicas whose own
+  ``/v1/models`` names the canary's new version).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from router.scenario.schema import Check
 from router.stats import percentile
 
 __all__ = [
+    "CANARY",
     "COUNTS",
     "LATENCIES",
     "METRICS",
@@ -44,7 +49,8 @@ LATENCIES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
 COUNTS = ("offered", "completed", "failed", "rejected", "expired", "unfinished", "lost")
 RATES = ("throughput_rps", "throughput_fraction", "dispatched")
 ROLLOUT = ("rollout_phase", "rollout_capacity_lowest", "rollout_behind")
-METRICS = (*PER_SECOND, *LATENCIES, *COUNTS, *RATES, "state", *ROLLOUT)
+CANARY = ("canary_phase", "canary_share", "canary_on_new")
+METRICS = (*PER_SECOND, *LATENCIES, *COUNTS, *RATES, "state", *ROLLOUT, *CANARY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,8 @@ def evaluate(check: Check, m: Measured) -> CheckResult:
         return CheckResult(check.name, state == check.equals, state, expected, check.line)
     if check.metric in ROLLOUT:
         return _rollout(check, m, expected)
+    if check.metric in CANARY:
+        return _canary(check, m, expected)
     value = _measure(check, m)
     ok = value is not None and _within(check, value)
     return CheckResult(check.name, ok, value, expected, check.line)
@@ -130,6 +138,17 @@ def _rollout(check: Check, m: Measured, expected: str) -> CheckResult:
         if check.metric == "rollout_capacity_lowest"
         else float(len(outcome.behind))
     )
+    return CheckResult(check.name, _within(check, value), value, expected, check.line)
+
+
+def _canary(check: Check, m: Measured, expected: str) -> CheckResult:
+    outcome = m.recorder.canary
+    if outcome is None:  # the step never ran (the simulator, or an interrupted run)
+        return CheckResult(check.name, False, None, expected, check.line)
+    if check.metric == "canary_phase":
+        ok = outcome.phase == check.equals
+        return CheckResult(check.name, ok, outcome.phase, expected, check.line)
+    value = outcome.share if check.metric == "canary_share" else float(len(outcome.on_new))
     return CheckResult(check.name, _within(check, value), value, expected, check.line)
 
 

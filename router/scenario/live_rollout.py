@@ -23,7 +23,7 @@ from router.rollout.manager import RolloutManager
 from router.scenario.recording import RolloutOutcome
 from router.scenario.rollout_step import RolloutStep
 
-__all__ = ["LiveRollout"]
+__all__ = ["LiveRollout", "served_lists"]
 
 ACTOR = "scenario"
 _MODELS_TIMEOUT_S = 5.0
@@ -79,7 +79,7 @@ class LiveRollout:
             self._watch.cancel()  # still going: the run ends without it
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        served = await _served(self.replica_urls)
+        served = await served_lists(self.replica_urls)
         status = self._rollout.status().to_dict()
         traffic = prediction = None
         if self.manager.current is self._rollout:
@@ -114,7 +114,7 @@ def _in_scenario_seconds(figures: Any, scale: float) -> dict[str, Any] | None:
     return out
 
 
-async def _served(urls: Mapping[str, str]) -> dict[str, tuple[str, ...] | None]:
+async def served_lists(urls: Mapping[str, str]) -> dict[str, tuple[str, ...] | None]:
     """Each replica's ``/v1/models`` (None: no list), asked at once."""
     timeout = aiohttp.ClientTimeout(total=_MODELS_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -24,8 +24,19 @@ from router.control import Command, SetStrategy, parse_command
 from router.errors import ConfigError, ControlError, Problem
 from router.replica import ReplicaState
 from router.request import Priority
+from router.rollout.canary import CanaryPhase
 from router.rollout.executor import Phase as RolloutPhase
-from router.scenario.checks import COUNTS, LATENCIES, METRICS, PER_SECOND, ROLLOUT, expected_text
+from router.rollout.templates import VERSION_NAME
+from router.scenario.canary_step import CanaryStep, read_canary_step
+from router.scenario.checks import (
+    CANARY,
+    COUNTS,
+    LATENCIES,
+    METRICS,
+    PER_SECOND,
+    ROLLOUT,
+    expected_text,
+)
 from router.scenario.rollout_step import read_rollout_step
 from router.scenario.schema import FAULTS, Action, Check, FleetRef, Lengths, Phase, Scenario
 from router.yaml_lines import FILE_KEY, LineList, LineMap, parse_yaml, read_yaml
@@ -58,7 +69,7 @@ _PHASE = (
 )
 _CHECK = ("name", "metric", "from", "to", "at", "replica", "priority", "min", "max", "equals")
 _CHECK_ALL = (*_CHECK, "aggregate")
-_FAULT_KEYS = ("at", "fault", "replica", "factor", "fraction")
+_FAULT_KEYS = ("at", "fault", "replica", "factor", "fraction", "version")
 _TRACES = ("conv", "code")
 
 _REPLICA_METRICS = frozenset({"utilization", "dispatched", "throughput_rps", "completed", "failed"})
@@ -459,13 +470,14 @@ def _action(
     at = r.number(m, path, "at", at_least=0)
     if "at" not in m:
         r.problem(m.line, _join(path, "at"), "missing required key 'at' (seconds from the start)")
-    if sum(1 for kind in ("command", "fault", "rollout") if kind in m) != 1:
-        message = "give exactly one of command (a control command), fault or rollout"
+    if sum(1 for kind in ("command", "fault", "rollout", "canary") if kind in m) != 1:
+        message = "give exactly one of command (a control command), fault, rollout or canary"
         r.problem(m.line, path, message)
         return None
-    if "rollout" in m:
-        r.keys(m, path, ("at", "rollout"))
-        return _rollout(r, m, path, at, fleet, emulated)
+    if "rollout" in m or "canary" in m:
+        kind = "rollout" if "rollout" in m else "canary"
+        r.keys(m, path, ("at", kind))
+        return _rollout(r, m, path, at, fleet, emulated, kind)
     if "fault" in m:
         r.keys(m, path, _FAULT_KEYS)
         return _fault(r, m, path, at, fleet)
@@ -518,6 +530,15 @@ def _fault(
         if key in m and fault is not None and fault != owner:
             r.problem(m.key_lines[key], _join(path, key), f"only {owner} takes {key}")
             return None
+    version = r.value(m, path, "version", str, None)
+    if "version" in m and fault not in ("slow", "fail_fraction"):
+        message = "only slow and fail_fraction take a version"
+        r.problem(m.key_lines["version"], _join(path, "version"), message)
+        return None
+    if version is not None and not VERSION_NAME.match(version):
+        message = f"must be a model name such as org/model-v2, got {version!r}"
+        r.problem(m.key_lines["version"], _join(path, "version"), message)
+        return None
     if None in (at, fault, replica, factor, fraction):
         return None
     return Action(
@@ -527,21 +548,31 @@ def _fault(
         replica=replica,
         factor=cast(float, factor),
         fraction=cast(float, fraction),
+        version=cast(str | None, version),
     )
 
 
 def _rollout(
-    r: _Reader, m: LineMap, path: str, at: float | None, fleet: FleetConfig | None, emulated: bool
+    r: _Reader,
+    m: LineMap,
+    path: str,
+    at: float | None,
+    fleet: FleetConfig | None,
+    emulated: bool,
+    kind: str = "rollout",
 ) -> Action | None:
-    where = _join(path, "rollout")
-    body = r.mapping(m["rollout"], where, m.key_lines["rollout"])
+    where = _join(path, kind)
+    body = r.mapping(m[kind], where, m.key_lines[kind])
     if body is None:
         return None
-    step, problems = read_rollout_step(body, fleet, emulated)
+    read = read_rollout_step if kind == "rollout" else read_canary_step
+    step, problems = read(body, fleet, emulated)
     for line, key, message in problems:
         r.problem(line, _join(where, key), message)
     if step is None or at is None:
         return None
+    if isinstance(step, CanaryStep):
+        return Action(at_s=at, line=m.line, canary=step)
     return Action(at_s=at, line=m.line, rollout=step)
 
 
@@ -569,16 +600,17 @@ def _check(r: _Reader, raw: Any, path: str, line: int, fleet: FleetConfig | None
         for key in ("at", "equals"):
             if key not in m:
                 r.problem(m.line, _join(path, key), f"missing required key {key!r} for state")
-    elif metric == "rollout_phase":
+    elif metric in _PHASES:
         if "equals" not in m:
-            r.problem(m.line, _join(path, "equals"), "missing required key 'equals' (done)")
+            example = "done" if metric == "rollout_phase" else "rolled back"
+            r.problem(m.line, _join(path, "equals"), f"missing required key 'equals' ({example})")
     elif "min" not in m and "max" not in m:
         r.problem(m.line, path, "give min, max or both")
         return None
     if start is not None and end is not None and end <= start:
         r.problem(m.key_lines["to"], _join(path, "to"), f"must be after from ({start:g})")
         return None
-    needs_equals = metric in ("state", "rollout_phase")
+    needs_equals = metric in ("state", *_PHASES)
     if (
         bad
         or None in (start, aggregate)
@@ -613,15 +645,17 @@ def _equals(r: _Reader, m: LineMap, path: str, metric: str) -> str | None:
         return r.choice(m, path, "equals", [s.value for s in ReplicaState])
     if metric == "rollout_phase":
         return r.choice(m, path, "equals", [p.value for p in RolloutPhase])
+    if metric == "canary_phase":
+        return r.choice(m, path, "equals", [p.value for p in CanaryPhase])
     return None
 
 
 def _check_keys(metric: str, m: LineMap) -> list[str]:
     """Keys given that the metric does not take."""
     bad = []
-    if metric in ROLLOUT:
-        # Read once, at the end of the run, from the rollout's own status.
-        only = ("equals",) if metric == "rollout_phase" else ("min", "max")
+    if metric in ROLLOUT or metric in CANARY:
+        # Read once, at the end of the run, from the rollout's or canary's own status.
+        only = ("equals",) if metric in _PHASES else ("min", "max")
         bad += [k for k in _CHECK_ALL if k in m and k not in (*only, "name", "metric")]
     elif metric == "state":
         bad += [k for k in ("from", "to", "min", "max", "priority", "aggregate") if k in m]
@@ -657,7 +691,7 @@ def _default_name(c: Check) -> str:
         subject += f"[{c.priority.name.lower()}]"
     if c.metric == "state":
         return f"{subject} at {c.at_s:g}s == {c.equals}"
-    if c.metric == "rollout_phase":
+    if c.metric in _PHASES:
         return f"{subject} == {c.equals}"
     if c.metric in PER_SECOND and c.aggregate == "mean":
         subject = f"mean {subject}"
@@ -728,6 +762,10 @@ def _build(document: Any, source: str, directory: Path) -> Scenario:
     )
 
 
+_PHASES = ("rollout_phase", "canary_phase")
+"""Metrics that compare a phase's name (``equals:``)."""
+
+
 def _check_rollouts(
     r: _Reader, doc: LineMap, actions: list[Action | None], checks: list[Check | None]
 ) -> None:
@@ -735,10 +773,15 @@ def _check_rollouts(
     rollouts = [(i, a) for i, a in enumerate(actions) if a is not None and a.rollout is not None]
     for i, a in rollouts[1:]:
         r.problem(a.line, f"actions[{i}].rollout", "one rollout per scenario")
-    given = any("rollout" in raw for raw in doc.get("actions") or [] if isinstance(raw, dict))
-    for i, c in enumerate(checks):
-        if c is not None and c.metric in ROLLOUT and not given:
-            r.problem(c.line, f"checks[{i}].metric", f"{c.metric} needs a rollout action")
+    canaries = [(i, a) for i, a in enumerate(actions) if a is not None and a.canary is not None]
+    for i, a in canaries[1:]:
+        r.problem(a.line, f"actions[{i}].canary", "one canary per scenario")
+    raws = [raw for raw in doc.get("actions") or [] if isinstance(raw, dict)]
+    for kind, metrics in (("rollout", ROLLOUT), ("canary", CANARY)):
+        given = any(kind in raw for raw in raws)
+        for i, c in enumerate(checks):
+            if c is not None and c.metric in metrics and not given:
+                r.problem(c.line, f"checks[{i}].metric", f"{c.metric} needs a {kind} action")
 
 
 def _check_times(

@@ -124,6 +124,48 @@ class RolloutOutcome:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class CanaryOutcome:
+    """What a scenario's canary step did, read when the run's drain ended."""
+
+    version: str
+    started_at: float
+    ended_at: float | None
+    """Scenario seconds when it ended (promoted, rolled back, ...); None: still going."""
+    status: dict[str, Any]
+    """The canary's own status (router/rollout/canary.py's ``Canary.status``)."""
+    served: dict[str, tuple[str, ...] | None]
+    """What each replica's ``/v1/models`` listed at the end; None: it did not answer."""
+
+    @property
+    def phase(self) -> str:
+        return str(self.status["phase"])
+
+    @property
+    def share(self) -> float:
+        return float(self.status["share"])
+
+    @property
+    def on_new(self) -> list[str]:
+        """Replicas whose own ``/v1/models`` lists the new version first (their version)."""
+        return sorted(rid for rid, ms in self.served.items() if ms and ms[0] == self.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        ended = self.ended_at
+        return {
+            "version": self.version,
+            "phase": self.phase,
+            "started_at": round(self.started_at, 3),
+            "ended_at": None if ended is None else round(ended, 3),
+            "share": self.share,
+            "on_new": self.on_new,
+            "figures": self.status["figures"],
+            "verdict": self.status["verdict"],
+            "judged": self.status["judged"],
+            "error": self.status["error"],
+        }
+
+
 @dataclass(slots=True)
 class Recorder(CoreListener):
     core: RouterCore
@@ -139,6 +181,8 @@ class Recorder(CoreListener):
     """End times of completed requests, in order."""
     rollout: RolloutOutcome | None = None
     """Live runs with a rollout step: what it did (set by the runner at the end)."""
+    canary: CanaryOutcome | None = None
+    """Live runs with a canary step: what it did (set by the runner at the end)."""
     _attempts: dict[str, Assignment] = field(default_factory=dict)
     _finished: bool = False
 

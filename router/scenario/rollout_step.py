@@ -100,34 +100,44 @@ class RolloutStep:
 
 
 def read_rollout_step(
-    m: LineMap, fleet: FleetConfig | None, emulated: bool
+    m: LineMap,
+    fleet: FleetConfig | None,
+    emulated: bool,
+    *,
+    own: tuple[str, ...] = (),
+    plan: bool = True,
 ) -> tuple[RolloutStep | None, list[Problem]]:
-    """The step written as mapping ``m``; every problem found, each with its line and key."""
+    """The step written as mapping ``m``; every problem found, each with its line and key.
+    ``own``: more keys the caller reads itself (a canary's); ``plan``: try the plan of the
+    whole fleet on its static weights."""
     problems: list[Problem] = []
+    known = (*ROLLOUT_KEYS, *own)
     for key, line in m.key_lines.items():
-        if key not in ROLLOUT_KEYS:
-            problems.append((line, str(key), _unknown_key(str(key))))
+        if key not in known:
+            problems.append((line, str(key), _unknown_key(str(key), known)))
     version = m.get("version")
     if "version" not in m:
         problems.append((m.line, "version", "missing required key 'version'"))
     elif not isinstance(version, str) or not VERSION_NAME.match(version):
         message = f"must be a model name such as org/model-v2, got {version!r}"
         problems.append((m.key_lines["version"], "version", message))
-    settings = {k: _plain(v) for k, v in m.items() if k in ROLLOUT_KEYS and k != "version"}
+    # A canary's own rules (``canary:``) are a key of the ``rollout:`` section as well.
+    taken = (*ROLLOUT_KEYS, *(k for k in own if k == "canary"))
+    settings = {k: _plain(v) for k, v in m.items() if k in taken and k != "version"}
     names_emulator = _names_emulator(settings.get("updater"))
     emulator = _emulator(m, settings, emulated, problems)
     if fleet is not None:
-        _check_settings(m, settings, fleet, names_emulator, problems)
+        _check_settings(m, settings, fleet, names_emulator, problems, plan)
     if problems or not isinstance(version, str):
         return None, problems
     return RolloutStep(version, MappingProxyType(settings), emulator), problems
 
 
-def _unknown_key(key: str) -> str:
+def _unknown_key(key: str, known: tuple[str, ...]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(key, ROLLOUT_KEYS, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(ROLLOUT_KEYS)}"
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(known)}"
     return f"unknown key {key!r}; {hint}"
 
 
@@ -191,6 +201,7 @@ def _check_settings(
     fleet: FleetConfig,
     has_emulator: bool,
     problems: list[Problem],
+    plan: bool = True,
 ) -> None:
     """The settings by the fleet file's own rules, then the plan on the static weights."""
     own = {k: v for k, v in settings.items() if not (k == "order" and isinstance(v, list))}
@@ -204,6 +215,8 @@ def _check_settings(
     if config.updater is None and not has_emulator:
         message = "no updater: give one here (emulator, command or http) or in the fleet file"
         problems.append((m.line, "updater", message))
+    if not plan:
+        return
     raw = settings.get("order", config.order)
     order = cast(Order, tuple(raw) if isinstance(raw, list) else raw)
     members = [Member(r.id, r.weight) for r in fleet.replicas]

@@ -31,6 +31,7 @@ from router.config.schema import FleetConfig, RouterConfig
 from router.control import ControlSurface
 from router.errors import ConfigError, Problem
 from router.scenario.keeping_up import LoopLag, keeping_up
+from router.scenario.live_canary import LiveCanary
 from router.scenario.live_processes import EmulatorProcess, LoadProcess, pointed_at
 from router.scenario.live_rollout import LiveRollout
 from router.scenario.recording import Recorder, sample_line
@@ -144,12 +145,16 @@ async def _drive(
         return (time.monotonic() - t0) * scale
 
     rollout = _live_rollout(scenario, server, emulator, now)
+    canary = _live_canary(scenario, server, emulator, now)
 
     async def act(action: Action) -> None:
         if action.command is not None:
             record = apply_command(control, action, now(), rec)
         elif action.rollout is not None:
             ok, message = rollout.start(action.rollout)
+            record = note_action(rec, action, now(), ok, message)
+        elif action.canary is not None:
+            ok, message = canary.start(action.canary)
             record = note_action(rec, action, now(), ok, message)
         else:
             ok, message = await _fault(emulator, action)
@@ -177,6 +182,7 @@ async def _drive(
         rec.finish()
         ticker.cancel()
         rec.rollout = await rollout.outcome()
+        rec.canary = await canary.outcome()
         if interrupted_at is not None:
             return finish_run(
                 scenario, "live", rec, workload.capacity_at, [], workload.known_capacity,
@@ -196,6 +202,8 @@ async def _drive(
     if rec.rollout is not None:
         end = scenario.duration_s + scenario.drain_s
         extra["rollout"] = rollout_summary(rec.rollout, rec, lost, end)
+    if rec.canary is not None:
+        extra["canary"] = rec.canary.to_dict()
     kept = keeping_up(report.late_s, report.counts["not_sent"], lag, shares, scale, t0)
     return finish_run(
         scenario, "live", rec, workload.capacity_at, lost, workload.known_capacity, extra, kept
@@ -219,6 +227,26 @@ def _live_rollout(
         urls,
         lambda step: step.live_settings(control_url, stable, scale),
         time_scale=scale,
+    )
+
+
+def _live_canary(
+    scenario: Scenario,
+    server: RouterServer,
+    emulator: EmulatorProcess | None,
+    now: Callable[[], float],
+) -> LiveCanary:
+    """The run's canary step, started through the router's own traffic splits."""
+    scale = scenario.fleet.time_scale
+    urls = {r.id: r.config.endpoint for r in server.core.pool}
+    control_url = "" if emulator is None else emulator.control_url
+    stable = config_model(scenario.fleet.config)
+    base = scenario.fleet.config.rollout.canary
+    return LiveCanary(
+        server.rollouts.splits,
+        now,
+        urls,
+        lambda step: step.live_body(control_url, stable, scale, base),
     )
 
 
@@ -262,6 +290,8 @@ async def _fault(emulator: EmulatorProcess | None, action: Action) -> tuple[bool
             body = {"fault": "fail", "fraction": action.fraction}
         case _:
             return False, f"{replica}: unknown fault {action.fault!r}"
+    if action.version is not None:
+        body["version"] = action.version
     ok, answer = await emulator.fault(replica, body)
     return ok, (f"{replica}: {action.fault} set on the emulator" if ok else answer)
 

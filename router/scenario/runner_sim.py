@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from router.control import ControlSurface
+from router.errors import ConfigError, Problem
 from router.loadgen import Shot
 from router.request import Priority, Request
 from router.scenario.recording import Recorder, sample_line
@@ -63,6 +64,7 @@ def run_simulated(
 ) -> RunReport:
     """Run the scenario on the simulator. ``stop`` is asked after each per-second sample:
     true ends the run there, with a partial report (``RunReport.interrupted_at``)."""
+    _refuse_canaries(scenario)
     workload = Workload(scenario)
     fleet = scenario.fleet.config
     strategy = scenario.strategy or fleet.router.strategy.name
@@ -123,6 +125,21 @@ def run_simulated(
 def _output(shot: Shot) -> int:
     """What the engine generates for a shot: its output length, or all it may."""
     return shot.max_tokens if shot.output_tokens is None else shot.output_tokens
+
+
+def _refuse_canaries(scenario: Scenario) -> None:
+    """ConfigError for a canary step: the simulator does not model a canary (a traffic split
+    judged on the new version's errors and TTFT) yet."""
+    problems = [
+        Problem(str(scenario.source), a.line, f"actions[{i}].canary", _NO_CANARIES)
+        for i, a in enumerate(scenario.actions)
+        if a.canary is not None
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+_NO_CANARIES = "the simulator does not run canaries yet; run the scenario live (no --simulate)"
 
 
 def _fault(sim: Simulation, action: Action) -> tuple[bool, str]:

@@ -16,6 +16,7 @@ from typing import Literal
 from router.config.schema import FleetConfig
 from router.control import Command, command_args, command_name
 from router.request import Priority
+from router.scenario.canary_step import CanaryStep
 from router.scenario.rollout_step import RolloutStep
 
 FaultKind = Literal["kill", "revive", "heal", "slow", "fail_fraction"]
@@ -100,15 +101,23 @@ class Action:
     """``fail_fraction``: the share of attempts answered with a 500."""
     rollout: RolloutStep | None = None
     """A model rollout started through the router's rollout manager (live runs only)."""
+    canary: CanaryStep | None = None
+    """A canary started through the router's traffic splits (live runs only)."""
+    version: str | None = None
+    """``slow``, ``fail_fraction``: the version they stand for (live: they end when the
+    replica restarts onto another); None: the replica's, whatever it runs."""
 
     def describe(self) -> str:
         if self.rollout is not None:
             return self.rollout.describe()
+        if self.canary is not None:
+            return self.canary.describe()
         if self.command is not None:
             args = ", ".join(f"{k}={v}" for k, v in command_args(self.command).items() if v)
             return f"{command_name(self.command)} {args}".strip()
         detail = {"slow": f" x{self.factor:g}", "fail_fraction": f" {self.fraction:g}"}
-        return f"{self.fault} {self.replica}{detail.get(self.fault or '', '')}"
+        of = "" if self.version is None else f" (of {self.version})"
+        return f"{self.fault} {self.replica}{detail.get(self.fault or '', '')}{of}"
 
 
 @dataclass(frozen=True, slots=True)

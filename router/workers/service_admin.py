@@ -16,8 +16,8 @@ The same routes, token and browser guard as one router's admin API (router/http/
   replica completed, failed, retries and rates; ``running`` lists every worker's requests),
   and ``workers``: each one's pid, restarts and whether it answered. ``?worker=K`` answers
   that worker's own state alone.
-- ``/admin/rollout`` answers 404 saying to serve with ``--workers 1``: a rollout's drains are
-  not shared between workers yet.
+- ``/admin/rollout`` and ``/admin/split`` answer 404 saying to serve with ``--workers 1``: a
+  rollout's drains and a split are not shared between workers yet.
 - ``GET /admin/events``, ``/admin/decisions``, ``/admin/fleet`` are the first answering
   worker's (every worker applies every command, so their trails hold the same commands; a
   restarted worker's trail starts again, in a new ``run``). ``?follow=1`` streams.
@@ -84,7 +84,7 @@ class ServiceAdmin:
                     await self._command(receive, send, headers)
                 case ("GET", path) if path in _PROXIED:
                     await self._proxy(send, target)
-                case (_, "/admin/rollout"):
+                case (_, "/admin/rollout" | "/admin/split"):
                     # A rollout's drains would hold in the worker running it alone, and the
                     # others would keep sending to a replica being restarted.
                     raise HttpError(404, _NO_ROLLOUTS, code="not_found")

@@ -1,0 +1,78 @@
+"""The canary's judge (router/rollout/judge.py): the new version is worse when its error rate
+exceeds the old one's by more than the margin, or its p99 TTFT by more than the ratio, over
+the window, once both versions have the minimum number of requests."""
+
+from __future__ import annotations
+
+from router.config.schema import CanaryConfig
+from router.rollout.judge import Judge
+
+RULES = CanaryConfig(
+    window_s=10.0, min_requests=20, max_error_rate_increase=0.05, max_ttft_ratio=2.0
+)
+
+
+def _feed(judge: Judge, new: bool, n: int, errors: int, ttft: float, t: float = 0.0) -> None:
+    for i in range(n):
+        judge.observe(new, t, i >= errors, ttft)
+
+
+def test_a_failing_new_version_is_judged_worse_with_both_figures() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 20, 20, 0.1)
+    _feed(judge, False, 200, 0, 0.1)
+    verdict = judge.verdict(1.0)
+    assert verdict is not None
+    assert verdict.new.error_rate == 1.0
+    assert verdict.old.error_rate == 0.0
+    text = verdict.text("v2", "v1")
+    assert "v2 error rate 100.0% (20 of 20)" in text
+    assert "v1 error rate 0.0% (0 of 200)" in text
+
+
+def test_below_the_minimum_number_of_requests_nothing_is_judged() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 19, 19, 0.1)
+    _feed(judge, False, 200, 0, 0.1)
+    assert judge.verdict(1.0) is None
+    _feed(judge, True, 1, 1, 0.1)
+    assert judge.verdict(1.0) is not None
+
+
+def test_the_old_version_needs_the_minimum_too() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 100, 100, 0.1)
+    _feed(judge, False, 19, 0, 0.1)
+    assert judge.verdict(1.0) is None
+
+
+def test_an_error_rate_within_the_margin_is_not_worse() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 100, 5, 0.1)  # 5% against 0%: at the margin, not past it
+    _feed(judge, False, 100, 0, 0.1)
+    assert judge.verdict(1.0) is None
+    judge.observe(True, 1.0, False, None)  # 6 of 101
+    assert judge.verdict(1.0) is not None
+
+
+def test_a_p99_ttft_past_the_ratio_is_worse_and_one_within_it_is_not() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 50, 0, 0.2)
+    _feed(judge, False, 50, 0, 0.1)
+    assert judge.verdict(1.0) is None  # twice: at the ratio
+    _feed(judge, True, 50, 0, 0.3)
+    verdict = judge.verdict(1.0)
+    assert verdict is not None
+    assert "p99 TTFT" in verdict.reason
+    assert verdict.new.p99_ttft_s == 0.3
+    assert verdict.old.p99_ttft_s == 0.1
+
+
+def test_attempts_older_than_the_window_are_forgotten() -> None:
+    judge = Judge(RULES)
+    _feed(judge, True, 50, 50, 0.1, t=0.0)
+    _feed(judge, False, 50, 0, 0.1, t=0.0)
+    assert judge.verdict(10.0) is not None
+    assert judge.verdict(10.5) is None
+    new, old = judge.figures(10.5)
+    assert (new.requests, old.requests) == (0, 0)
