@@ -328,7 +328,8 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
     for _ in range(200):
         n = rng.randint(1, 30)
         pool = make_pool([Spec(weight=rng.uniform(0.1, 8.0), batch_size=8) for _ in range(n)])
-        s = attach("shortest-expected-delay", pool)
+        weight = rng.choice([1.0, 5.0, 12.0])
+        s = attach("shortest-expected-delay", pool, {"wait_weight": weight})
         for _ in range(rng.randint(0, 60)):
             r = pool.replicas[rng.randrange(n)]
             if r.has_slot:
@@ -349,7 +350,7 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
         waiting = min(
             (
                 (r.outstanding_cost + req.cost) / r.speed
-                + max(r.outstanding_cost / r.speed / r.in_flight, turn)
+                + weight * max(r.outstanding_cost / r.speed / r.in_flight, turn)
                 for r in full
             ),
             default=math.inf,
@@ -362,11 +363,15 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
             assert (chosen.outstanding_cost + req.cost) / chosen.speed <= best * (1 + 1e-12)
 
 
+COMPLETION_ONLY = {"wait_weight": 1.0}
+"""Shortest expected delay weighing a second in the router's queue as one of service."""
+
+
 def test_sed_waits_for_a_fast_full_replica_rather_than_take_a_slow_free_slot() -> None:
     """A fast card with every slot taken still finishes a request sooner than a slow card's
     free slot: the request waits in the router for the fast card's next free slot."""
     pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
-    s = attach("shortest-expected-delay", pool)
+    s = attach("shortest-expected-delay", pool, COMPLETION_ONLY)
     fast, slow = pool.replicas
     dispatch(pool, fast, request(0, 400))
     dispatch(pool, fast, request(0, 400))  # full: backlog 800 / 8 = 100, a slot in 50
@@ -377,7 +382,7 @@ def test_sed_waits_for_a_fast_full_replica_rather_than_take_a_slow_free_slot() -
     assert s.pick(req, 0.0) is None  # nothing free
     # A fast card far behind loses to the slow card's free slot.
     pool2 = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
-    s2 = attach("shortest-expected-delay", pool2)
+    s2 = attach("shortest-expected-delay", pool2, COMPLETION_ONLY)
     fast2, slow2 = pool2.replicas
     dispatch(pool2, fast2, request(0, 4000))
     dispatch(pool2, fast2, request(0, 4000))  # backlog 1000, a slot in 500
@@ -388,7 +393,7 @@ def test_sed_sends_a_request_deep_in_the_queue_to_the_free_slot_instead_of_waiti
     """Requests ahead of it in the queue take the fast card's next free slots first: its wait
     is its turn, and past a few turns the slow card's free slot finishes it sooner."""
     pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
-    s = attach("shortest-expected-delay", pool)
+    s = attach("shortest-expected-delay", pool, COMPLETION_ONLY)
     fast, slow = pool.replicas
     dispatch(pool, fast, request(0, 400))
     dispatch(pool, fast, request(0, 400))  # full: backlog 100, slots free 1 per 50
@@ -397,6 +402,27 @@ def test_sed_sends_a_request_deep_in_the_queue_to_the_free_slot_instead_of_waiti
     assert s.pick(req, 0.0) is None  # 100 + 2 * 50 + 50 = 250 < 400
     req.waiting_ahead = 5
     assert s.pick(req, 0.0) is slow  # 100 + 6 * 50 + 50 = 450 > 400
+
+
+def test_sed_weighs_a_wait_in_the_queue_above_a_second_of_service() -> None:
+    """The wait comes before the first token: with the default weight of 5 the fast card's
+    next slot 50 s away costs 250, and the slow card's free slot (400) wins where completion
+    time alone (200) would keep the request waiting."""
+    pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+    s = attach("shortest-expected-delay", pool)
+    fast, slow = pool.replicas
+    dispatch(pool, fast, request(0, 400))
+    dispatch(pool, fast, request(0, 400))  # full: backlog 100, a slot in 50
+    req = request(0, 400)
+    assert s.pick(req, 0.0) is slow  # 100 + 5 * 50 + 50 = 400, not under 0 + 400
+    short_wait = request(0, 2000)
+    assert s.pick(short_wait, 0.0) is None  # 100 + 250 + 250 = 600 < 2000: it waits
+
+
+def test_sed_refuses_a_wait_weight_under_one() -> None:
+    for bad in (0.5, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ControlError, match="wait_weight must be"):
+            attach("shortest-expected-delay", make_pool([Spec()]), {"wait_weight": bad})
 
 
 # ---- power of two choices ------------------------------------------------------------------

@@ -172,7 +172,8 @@ def _sed_full_card_is_sooner(s: Strategy, req: Request, can: list[Replica]) -> b
     turn = (req.waiting_ahead + 1) / freeing if freeing else math.inf
     for r in full:
         backlog = r.outstanding_cost / r.speed
-        if backlog + max(backlog / max(r.in_flight, 1), turn) + req.cost / r.speed < best:
+        wait = max(backlog / max(r.in_flight, 1), turn)
+        if backlog + getattr(s, "wait_weight", 1.0) * wait + req.cost / r.speed < best:
             return True
     return False
 
