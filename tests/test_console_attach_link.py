@@ -242,6 +242,8 @@ class Counting(Unplugged):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.asked[request.url.path] = self.asked.get(request.url.path, 0) + 1
+        if request.url.params.get("running") == "1":
+            self.asked["running"] = self.asked.get("running", 0) + 1
         return await super().handle_async_request(request)
 
 
@@ -270,5 +272,38 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
             clock.advance(1.0)
         assert cable.asked["/admin/decisions"] == 3
         assert backend.decisions("r0") == []  # none kept from before
+    finally:
+        await admin.aclose()
+
+
+async def test_running_requests_are_fetched_while_a_confirmation_asks_and_not_after() -> None:
+    """A confirmation (drain, say) shows the replica's requests running, rebuilt at each
+    refresh: while it asks, each poll fetches them; once nobody asks, the polls leave them
+    out. At the demo's load they are 600-800 objects a second, whose garbage decided the
+    console's slowest keys."""
+    clock = ManualClock(10.0)
+    core = RouterCore(make_fleet(), clock=clock)
+    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
+    cable = Counting(api)
+    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
+    fleet = fleet_from_json(await admin.get("/admin/fleet"))
+    backend = RemoteBackend(
+        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
+    )
+    try:
+        for _ in range(3):
+            await backend.poll()
+            clock.advance(1.0)
+        assert cable.asked.get("running", 0) == 0  # nobody asked
+        for _ in range(3):  # a confirmation is open: it asks at each refresh
+            backend.in_flight("r0")
+            await backend.poll()
+            clock.advance(1.0)
+        assert cable.asked["running"] == 3
+        clock.advance(DECISIONS_WANTED_POLLS * backend.interval())  # closed
+        for _ in range(3):
+            await backend.poll()
+            clock.advance(1.0)
+        assert cable.asked["running"] == 3
     finally:
         await admin.aclose()

@@ -101,6 +101,7 @@ class RemoteBackend:
         self._listeners: list[Callable[[Event], None]] = []
         self._decisions: list[Explanation] = []
         self._decisions_asked_at: float | None = None
+        self._running_asked_at: float | None = None
         self._rollout: RolloutProgress | None = None
         self._rollouts_served = True
         """False once the router answered 404 to /admin/rollout: it is not asked again."""
@@ -139,13 +140,20 @@ class RemoteBackend:
         """As of the latest poll; asking makes the polls fetch them for as long as they are
         asked for, at once when they were not."""
         now = self.clock()
-        if not self._wants_decisions(now):
+        if not self._wants(self._decisions_asked_at, now):
             self._wake.set()
         self._decisions_asked_at = now
         out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
         return out[:limit]
 
     def in_flight(self, replica_id: str) -> list[InFlight]:
+        """As of the latest poll; asking makes the polls fetch the requests running (a
+        confirmation shows them, rebuilt at each refresh) for as long as they are asked for,
+        at once when they were not."""
+        now = self.clock()
+        if not self._wants(self._running_asked_at, now):
+            self._wake.set()
+        self._running_asked_at = now
         return list(self.state.running.get(replica_id, ()))
 
     def rollout(self) -> RolloutProgress | None:
@@ -225,10 +233,11 @@ class RemoteBackend:
         """Ask for the state (and the decisions, when wanted) once; the seconds until the next
         poll: the refresh interval, or the backoff while the router does not answer."""
         try:
-            self.state = await fetch_state(self.admin)
+            now = self.clock()
+            self.state = await fetch_state(self.admin, self._wants(self._running_asked_at, now))
             if self._rollouts_served:
                 await self._poll_rollout()
-            wanted = self._wants_decisions(self.clock())
+            wanted = self._wants(self._decisions_asked_at, self.clock())
             self._decisions = await fetch_decisions(self.admin) if wanted else []
         except GpuRouterError as exc:
             return self.link.failed(str(exc))
@@ -259,9 +268,10 @@ class RemoteBackend:
             sleeping.cancel()
             woken.cancel()
 
-    def _wants_decisions(self, now: float) -> bool:
-        """Asked for recently: 200 decisions are 300 KB of JSON, rebuilt at each poll."""
-        asked = self._decisions_asked_at
+    def _wants(self, asked: float | None, now: float) -> bool:
+        """Asked for recently: 200 decisions are 300 KB of JSON, and the requests running
+        at the demo's load 600-800 objects, rebuilt at each poll; their garbage made the
+        console's collector passes the slowest thing a key waited for."""
         return asked is not None and now - asked <= DECISIONS_WANTED_POLLS * self.interval()
 
     def _restarted(self, run: str) -> None:
@@ -285,8 +295,9 @@ def _read(convert: Callable[[Any], T], data: object, what: str) -> T:
         raise UnreachableError(f"the admin API's {what} is unreadable: {exc}") from None
 
 
-async def fetch_state(admin: AsyncAdmin) -> RemoteState:
-    data = await admin.get("/admin/state", {"running": 1})
+async def fetch_state(admin: AsyncAdmin, running: bool = False) -> RemoteState:
+    """The router's state; with each replica's requests running when ``running``."""
+    data = await admin.get("/admin/state", {"running": 1} if running else {})
     try:
         # Off the loop: with hundreds of requests running, the rebuild takes milliseconds
         # that the console's keys would otherwise wait for (the thread yields the GIL).
