@@ -216,6 +216,10 @@ class ConsoleApp(App[None]):
         # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
         if not self.paused and self.is_running:
             self.refresh_data(tick=True)
+            # The survivors of the young passes are collected here, a second's worth each
+            # time, right after the frame, instead of all at once whenever a key lands on
+            # the collector's own middle pass.
+            gc.collect(1)
 
     def refresh_data(self, *, tick: bool = False) -> None:
         """One snapshot -> view models -> widgets. ``tick`` also records history."""
