@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from router.config import load_fleet
+from router.config.schema import StrategyConfig
 from router.core import RouterCore
 from router.errors import ConfigError
 from router.sim.runner import (
@@ -50,6 +52,20 @@ def test_the_simulator_drives_the_real_router_core() -> None:
     sim = Simulation(load_fleet(MIXED), "round-robin", seed=1)
     assert type(sim.core) is RouterCore
     assert sim.core.strategy.name == "round-robin"
+
+
+def test_the_fleet_files_params_go_with_its_own_strategy_only() -> None:
+    """A fleet file's ``router.strategy.params`` are its strategy's: the simulator runs that
+    strategy with them (so a parameter can be tried from a file), and any other without."""
+    fleet = load_fleet(MIXED)
+    sed = StrategyConfig("shortest-expected-delay", {"wait_weight": 2.0})
+    fleet = dataclasses.replace(fleet, router=dataclasses.replace(fleet.router, strategy=sed))
+    own = Simulation(fleet, "shortest-expected-delay", seed=1).core.strategy
+    assert getattr(own, "wait_weight", None) == 2.0
+    other = Simulation(fleet, "least-connections", seed=1)
+    assert other.core.strategy.name == "least-connections"
+    given = Simulation(fleet, "shortest-expected-delay", seed=1, strategy_params={})
+    assert getattr(given.core.strategy, "wait_weight", None) == 5.0
 
 
 def test_the_same_seed_gives_the_same_numbers(conv: Workload, capacities: dict[str, float]) -> None:

@@ -146,7 +146,10 @@ class Simulation(CoreListener):
         routers: Routers | None = None,
     ) -> None:
         """``routers``: several router cores in front of the fleet (router/sim/routers.py);
-        None: one, as every plain run."""
+        None: one, as every plain run. ``strategy_params`` None: the fleet file's
+        ``router.strategy.params`` when it names the same strategy, else none."""
+        if strategy_params is None and fleet.router.strategy.name == strategy:
+            strategy_params = fleet.router.strategy.params  # the fleet file's, for its own
         settings = replace(
             fleet.router, strategy=StrategyConfig(strategy, dict(strategy_params or {}))
         )
