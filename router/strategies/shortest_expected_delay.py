@@ -16,7 +16,8 @@ the request's first token, where a user sees it and where the TTFT objective bou
 a slower card's extra seconds are spread over its decoding. Counted once, as completion time
 alone would, the fast card's queue grew through every burst: on the wide untuned fleet
 (examples/fleets/untuned-wide.yaml, simulator, seed 1) 621 of the 624 requests over 2 s of
-TTFT at 0.966 of capacity waited for the H100, p99 3.6 s in the router's queue.
+TTFT at 0.966 of capacity waited for the H100, p99 3.55 s in the router's queue
+(bench/bench_ttft_split.py).
 
 Because the score depends on the request, no single heap key orders it. The pick is an exact
 branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
