@@ -9,15 +9,16 @@ or a time to first token (from the moment the router sent the request) over
 ``decrease``, never below what the engine showed it runs at once (fewer would idle part of
 its batch; cutting straight to that count cost throughput near saturation, when a few long
 requests briefly fill the cache); using all its slots without any overload and with nothing
-waiting in the engine's own queue for as many intervals, it grows by an eighth where its KV
-cache would hold the eighth more sequences without filling (``KV_FULL``), but never
-past the engine's own limit on sequences once a growth has shown it (given more slots, the
-engine kept requests in its own queue while running no more than before, for as many
-intervals): a batch size above it only queues requests inside the engine, where no other
-replica can take them. With no
-signal at all (no engine metrics, nothing sent) it stays where it is. Not from NVML
-utilization: a continuously batching engine reads near 100% busy with one sequence or two
-hundred, so that signal shrank every card towards 1 (docs/decisions/0003).
+waiting in the engine's own queue for as many intervals, it grows where its KV cache would
+hold the added sequences without filling (``KV_FULL``): by a probe (``PROBE``) into sizes
+the engine has not shown it runs, by an eighth once it has taken a growth up. Never past the
+engine's own limit on sequences once a growth has shown it (given more slots, the engine
+kept requests in its own queue while running no more than before, for as many readings of
+its metrics, each checked as it arrives: ``undo_growth``): a batch size above it only queues
+requests inside the engine, where no other replica can take them. With no signal at all (no
+engine metrics, nothing sent) it stays where it is. Not from NVML utilization: a continuously
+batching engine reads near 100% busy with one sequence or two hundred, so that signal shrank
+every card towards 1 (docs/decisions/0003).
 
 Weights (what the fixed splits, weighted round-robin and weighted random, use): each moves a
 damped step toward its share of the fleet's learned capacity (router/capacity.py), scaled so
@@ -90,6 +91,14 @@ def _ttft_penalty(ttft_s: float | None, cfg: AdaptiveConfig) -> float:
 KV_FULL = 0.9
 """KV-cache usage from which an engine's own queue means its batch is full."""
 
+PROBE = 1
+"""Slots a growth adds past the most the engine has shown it runs. vLLM publishes no
+``max_num_seqs``, so a growth past it is found out only by requests queueing inside the
+engine for two readings of its metrics; one slot tells whether the engine runs more as well
+as an eighth does, and costs one queued request where 32 (an eighth at 256) cost more first
+tokens over 2 s than the static size's whole run. Once the engine has taken a growth up, the
+tuner grows by eighths."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchSignals:
@@ -150,6 +159,9 @@ class BatchStreak:
     capped_at: int | None = None
     ceiling: int | None = None
     """The most the engine runs at once (its ``max_num_seqs``), once it has shown it."""
+    taken_up: bool = False
+    """The engine ran more than the size before the last growth: it was not at its own
+    limit, so the next growth may be a full eighth rather than a probe."""
 
 
 def retune_batch(
@@ -158,11 +170,6 @@ def retune_batch(
     """The next batch size and the signal that moved it ("" when it did not move)."""
     need = max(2, cfg.hysteresis)
     lo, hi = cfg.batch_bounds
-    ceiling = _note_ceiling(signals, streak, current, need)
-    if ceiling is not None and lo <= ceiling < current:
-        streak.low = streak.high = 0
-        why = f"the engine ran at most {ceiling} at once for {need} intervals, more queued in it"
-        return ceiling, why
     overload = signals.overload(cfg)
     if overload is not None:
         streak.low, streak.high = 0, streak.high + 1
@@ -182,7 +189,10 @@ def retune_batch(
         return current, ""
     streak.low += 1
     top = hi if ceiling is None else min(hi, max(ceiling, lo))
-    grown = min(top, current + max(1, current // 8))
+    # Past a size the engine has not yet shown it runs, grow by a probe: if the engine is at
+    # its own limit, the added slots only queue requests inside it until the limit is learned.
+    step = max(1, current // 8) if streak.taken_up else PROBE
+    grown = min(top, current + step)
     if streak.low < need or current >= top or not signals.kv_room_for(grown / current):
         return current, ""
     streak.low = 0
@@ -190,12 +200,29 @@ def retune_batch(
     return grown, f"all {current} slots in use, no overload for {need} intervals"
 
 
+def undo_growth(
+    current: int, signals: BatchSignals, streak: BatchStreak, cfg: AdaptiveConfig
+) -> tuple[int, str]:
+    """On each fresh reading of the engine's own metrics (not once a round: slots the engine
+    does not take up queue requests inside it until this returns them), the batch size back
+    at the engine's limit once ``hysteresis`` readings in a row show it, and why ("" when it
+    does not move)."""
+    need = max(2, cfg.hysteresis)
+    lo = cfg.batch_bounds[0]
+    ceiling = _note_ceiling(signals, streak, current, need)
+    if ceiling is None or not lo <= ceiling < current:
+        return current, ""
+    streak.low = streak.high = 0
+    why = f"the engine ran at most {ceiling} at once for {need} readings, more queued in it"
+    return ceiling, why
+
+
 def _note_ceiling(
     signals: BatchSignals, streak: BatchStreak, current: int, need: int
 ) -> int | None:
     """Learn the engine's own limit on sequences run at once, from a growth that it did not
     take up: given more slots, it kept requests in its own queue while running the same
-    number, at least the old size but fewer than the new, ``need`` intervals in a row (a
+    number, at least the old size but fewer than the new, ``need`` readings in a row (a
     burst being admitted a few prefills per step shows a running count that rises). More
     slots then only queue requests inside the engine, where no other replica can take them
     (the tuner grew into that queue and was cut back by its TTFT, over and over). Returns
@@ -203,7 +230,10 @@ def _note_ceiling(
     running = signals.engine_running
     if running is not None and streak.ceiling is not None and running > streak.ceiling:
         streak.ceiling = None  # it runs more now: restarted with a larger limit
+        streak.taken_up = True
     base = streak.grown_from
+    if base is not None and running is not None and running > base:
+        streak.taken_up = True
     if base is None or not signals.engine_waiting or running is None:
         streak.capped = 0
         return None
@@ -215,4 +245,5 @@ def _note_ceiling(
     if streak.capped < need:
         return None
     streak.ceiling, streak.grown_from, streak.capped = running, None, 0
+    streak.taken_up = False
     return running

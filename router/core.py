@@ -319,7 +319,14 @@ class RouterCore:
     def tune(self) -> list[TunerChange]:
         """One round of adaptive weights and batch sizes (as configured, router/tuning.py);
         what changed, also told to every listener's ``on_tune``."""
-        changes = self.tuner.round(self.pool.replicas, self.clock())
+        return self._tuned(self.tuner.round(self.pool.replicas, self.clock()))
+
+    def engines_read(self) -> list[TunerChange]:
+        """The engines' metrics were just read (the poller, after each pass): the batch tuner
+        checks the new readings, and waiting requests may go to freed KV cache."""
+        return self._tuned(self.tuner.readings(self.pool.replicas, self.clock()))
+
+    def _tuned(self, changes: list[TunerChange]) -> list[TunerChange]:
         for r in {self.replica(c.replica) for c in changes}:
             self.pool.changed(r)
         if changes:

@@ -3,7 +3,8 @@ round and applies the pure rules of router/adaptive.py.
 
 The core feeds it as requests start (the most requests in flight at once) and produce their
 first byte (time to first token from sending); engine readings (queue, preemption counter)
-are read off ``Replica.engine`` when fresh.
+are read off ``Replica.engine`` when fresh. Between rounds, each new engine reading is checked
+for a growth the engine did not take up (``readings``), so it is undone within seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from router.adaptive import (
     WeightInput,
     retune_batch,
     retune_weights,
+    undo_growth,
 )
 from router.config.schema import AdaptiveConfig
 from router.replica import Replica
@@ -34,6 +36,8 @@ class Tuner:
         self._peak = [0] * n
         self._ttfts: list[list[float]] = [[] for _ in range(n)]
         self._preemptions: list[int | None] = [None] * n
+        self._read_at: list[float | None] = [None] * n
+        """When each replica's last engine reading checked by ``readings`` was taken."""
 
     # ---- signals, from the core ------------------------------------------------------------
 
@@ -61,6 +65,28 @@ class Tuner:
         for r in replicas:
             self._peak[r.index] = r.in_flight
             self._ttfts[r.index] = []
+        return changes
+
+    def readings(self, replicas: Sequence[Replica], now: float) -> list[TunerChange]:
+        """After a poll of the engines' metrics: undo a growth that each new reading (one not
+        seen before, and fresh) shows the engine did not take up; the changes, applied."""
+        if not self.cfg.batch_sizes:
+            return []
+        changes = []
+        for r in replicas:
+            e = r.engine
+            if r.batch_pinned or e is None or e.received_at == self._read_at[r.index]:
+                continue
+            self._read_at[r.index] = e.received_at
+            if now - e.received_at > self.stale_after_s:
+                continue
+            signals = BatchSignals(
+                engine_waiting=e.waiting, engine_running=e.running, engine_kv_usage=e.kv_usage
+            )
+            size, why = undo_growth(r.batch_size, signals, self._streaks[r.index], self.cfg)
+            if size != r.batch_size:
+                changes.append(TunerChange(r.id, "batch_size", r.batch_size, size, why))
+                r.batch_size = size
         return changes
 
     def _signals(self, r: Replica, now: float) -> BatchSignals:

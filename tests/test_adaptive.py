@@ -10,10 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.adaptive import BatchSignals, BatchStreak, WeightInput, retune_batch, retune_weights
+from router.adaptive import (
+    BatchSignals,
+    BatchStreak,
+    TunerChange,
+    WeightInput,
+    retune_batch,
+    retune_weights,
+    undo_growth,
+)
 from router.clock import ManualClock
 from router.config.schema import AdaptiveConfig
-from router.core import RouterCore
+from router.core import CoreListener, RouterCore
 from router.replica import EngineLoad, Telemetry
 from router.request import Request
 from tests.fleet_factory import make_fleet
@@ -92,10 +100,17 @@ def test_preemptions_and_slow_first_tokens_are_overload_too() -> None:
     assert BatchSignals(ttft_s=1.0).overload(CFG) is None
 
 
-def test_the_batch_grows_when_all_slots_are_used_without_overload() -> None:
+def test_the_batch_grows_by_one_slot_then_by_eighths_once_the_engine_takes_it_up() -> None:
+    """A first growth probes with one slot (the engine may be at its own limit); once the
+    engine runs more than the old size, growths are an eighth."""
     streak = BatchStreak()
     assert retune_batch(64, CALM, streak, CFG)[0] == 64
-    assert retune_batch(64, CALM, streak, CFG)[0] == 72
+    assert retune_batch(64, CALM, streak, CFG)[0] == 65
+    took_up = replace(CALM, engine_running=65)
+    assert undo_growth(65, took_up, streak, CFG) == (65, "")
+    assert streak.taken_up
+    assert retune_batch(65, took_up, streak, CFG)[0] == 65
+    assert retune_batch(65, took_up, streak, CFG)[0] == 73
     assert retune_batch(64, replace(CALM, saturated=False), BatchStreak(low=5), CFG)[0] == 64
 
 
@@ -108,29 +123,32 @@ def test_the_batch_does_not_grow_past_what_the_engine_runs() -> None:
 
 
 def test_the_batch_grows_only_where_the_kv_cache_holds_the_added_sequences() -> None:
-    """256 at once fill 85% of the cache: 288 would fill it, and the eighth more would
-    queue in the engine or preempt."""
+    """256 at once fill 85% of the cache: an eighth more (288) would fill it and queue in the
+    engine or preempt; one slot more would not. At 90% not even that."""
     full = replace(CALM, engine_running=256, engine_kv_usage=0.85)
-    assert retune_batch(256, full, BatchStreak(low=5), CFG) == (256, "")
+    assert retune_batch(256, full, BatchStreak(low=5, taken_up=True), CFG) == (256, "")
+    assert retune_batch(256, full, BatchStreak(low=5), CFG)[0] == 257
     roomy = replace(full, engine_kv_usage=0.6)
-    assert retune_batch(256, roomy, BatchStreak(low=5), CFG)[0] == 288
+    assert retune_batch(256, roomy, BatchStreak(low=5, taken_up=True), CFG)[0] == 288
+    brim = replace(full, engine_kv_usage=0.9)
+    assert retune_batch(256, brim, BatchStreak(low=5), CFG) == (256, "")
 
 
 def test_a_growth_the_engine_does_not_take_up_is_undone_and_not_tried_again() -> None:
-    """Grown from 256 to 288, the engine still runs 256 and queues the rest (its own
-    max_num_seqs): back to 256 after two such intervals, and no growth past it after."""
+    """Grown from 256 to 257, the engine still runs 256 and queues the rest (its own
+    max_num_seqs): back to 256 after two such readings, and no growth past it after."""
     streak = BatchStreak()
     roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
     assert retune_batch(256, roomy, streak, CFG)[0] == 256
-    assert retune_batch(256, roomy, streak, CFG)[0] == 288
-    capped = BatchSignals(
-        engine_waiting=32, engine_running=256, engine_kv_usage=0.5, saturated=True
-    )
-    assert retune_batch(288, capped, streak, CFG) == (288, "")  # one reading moves nothing
-    size, why = retune_batch(288, capped, streak, CFG)
+    assert retune_batch(256, roomy, streak, CFG)[0] == 257
+    capped = BatchSignals(engine_waiting=1, engine_running=256, engine_kv_usage=0.5, saturated=True)
+    assert undo_growth(257, capped, streak, CFG) == (257, "")  # one reading moves nothing
+    assert retune_batch(257, capped, streak, CFG) == (257, "")  # nor does a round
+    size, why = undo_growth(257, capped, streak, CFG)
     assert size == 256
-    assert "ran at most 256 at once for 2 intervals" in why
+    assert "ran at most 256 at once for 2 readings" in why
     for _ in range(6):
+        assert undo_growth(256, roomy, streak, CFG) == (256, "")
         assert retune_batch(256, roomy, streak, CFG) == (256, "")
 
 
@@ -143,8 +161,9 @@ def test_a_burst_admitted_after_a_growth_is_not_taken_for_the_engines_limit() ->
         for n in (262, 280)
     ]
     for signals in rising:
-        assert retune_batch(288, signals, streak, CFG) == (288, "")
+        assert undo_growth(288, signals, streak, CFG) == (288, "")
     assert streak.ceiling is None
+    assert streak.taken_up
 
 
 def test_an_engine_that_runs_more_than_its_learned_limit_may_grow_again() -> None:
@@ -153,9 +172,10 @@ def test_an_engine_that_runs_more_than_its_learned_limit_may_grow_again() -> Non
     roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
     assert retune_batch(256, roomy, replace(streak), CFG) == (256, "")
     more = replace(roomy, engine_running=300)
+    assert undo_growth(300, more, streak, CFG) == (300, "")
+    assert streak.ceiling is None
     streak.low = 5
     assert retune_batch(300, more, streak, CFG)[0] == 337
-    assert streak.ceiling is None
 
 
 def test_no_signal_means_no_change() -> None:
@@ -194,9 +214,16 @@ def test_the_batch_tuner_never_moves_on_one_reading_nor_below_its_floor(
         # not taken up, once two readings in a row show it.
         running = signals.engine_running
         capped = capped + 1 if signals.engine_waiting and running and running < size else 0
-        new, why = retune_batch(size, signals, streak, cfg)
-        if new != size:
-            assert agree >= 2 or capped >= 2, "moved on a single reading"
+        # Each reading is checked as it arrives, then (as if every reading were a round's)
+        # by the round.
+        undone, why = undo_growth(size, signals, streak, cfg)
+        if undone != size:
+            assert capped >= 2, "undone on a single reading"
+            assert why
+            assert floor <= undone < size
+        new, why = retune_batch(undone, signals, streak, cfg)
+        if new != undone:
+            assert agree >= 2, "moved on a single reading"
             assert why
         assert new >= floor
         size = new
@@ -239,3 +266,36 @@ def test_busy_gpus_alone_never_shrink_a_batch() -> None:
         core.replica("r0").telemetry = Telemetry(utilization=1.0, received_at=clock())
         assert not [c for c in core.tune() if c.setting == "batch_size"]
     assert core.replica("r0").batch_size == 8
+
+
+def test_the_core_undoes_a_growth_on_the_engines_readings_between_rounds() -> None:
+    """Grown by a slot the engine does not take up, the replica is back at its old size two
+    readings of the engine's metrics later, without waiting for the next rounds."""
+    fleet = make_fleet([1.0], [8])
+    fleet = replace(fleet, router=replace(fleet.router, adaptive=CFG))
+    clock = ManualClock()
+    core = RouterCore(fleet, clock=clock, rng=random.Random(0))
+    for i in range(12):
+        core.submit(Request(f"q{i}", 10, 10, arrival=clock()))
+    r = core.replica("r0")
+    seen: list[str] = []
+
+    class Listener(CoreListener):
+        def on_tune(self, changes: list[TunerChange]) -> None:
+            seen.extend(c.message for c in changes)
+
+    core.listeners.append(Listener())
+    for _ in range(2):
+        r.engine = EngineLoad("vllm", received_at=clock(), waiting=0, running=8, kv_usage=0.3)
+        core.tune()
+    assert r.batch_size == 9
+    for _ in range(2):
+        clock.advance(2.0)
+        r.engine = EngineLoad("vllm", received_at=clock(), waiting=1, running=8, kv_usage=0.3)
+        core.engines_read()
+    assert r.batch_size == 8
+    assert seen[-1] == (
+        "r0: batch_size 9 -> 8 (the engine ran at most 8 at once for 2 readings, more queued in it)"
+    )
+    core.engines_read()  # the same reading again is not new evidence
+    assert r.batch_size == 8

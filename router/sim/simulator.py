@@ -406,8 +406,7 @@ class Simulation(CoreListener):
                 r.engine = reading
                 core.pool.changed(r)
         for core in self.cores:
-            if len(core.queue):
-                core.dispatch()  # freed KV cache may let a waiting request go now
+            core.engines_read()
 
     def _refused(self, a: Assignment, reason: str) -> None:
         """The engine answered 400 before any token: as the live proxy takes such an answer

@@ -337,8 +337,7 @@ class EngineMetricsPoller:
         for replica, reading in zip(self.core.pool, readings, strict=True):
             if reading is not None:
                 self.apply(replica, reading)
-        if len(self.core.queue):
-            self.core.dispatch()  # freed KV cache may let a waiting request go now
+        self.core.engines_read()
 
     def apply(self, replica: Replica, reading: EngineReading) -> bool:
         """Set ``replica.engine`` from a reading, a refused field keeping its last good value;
