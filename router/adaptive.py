@@ -10,12 +10,13 @@ or a time to first token (from the moment the router sent the request) over
 its batch; cutting straight to that count cost throughput near saturation, when a few long
 requests briefly fill the cache); using all its slots without any overload and with nothing
 waiting in the engine's own queue for as many intervals, it grows where its KV cache would
-hold the added sequences without filling (``KV_FULL``): by a probe (``PROBE``) into sizes
-the engine has not shown it runs, by an eighth once it has taken a growth up. Never past the
-engine's own limit on sequences once a growth has shown it (given more slots, the engine
-kept requests in its own queue while running no more than before, for as many readings of
-its metrics, each checked as it arrives: ``undo_growth``): a batch size above it only queues
-requests inside the engine, where no other replica can take them. With no signal at all (no
+hold the added sequences without filling (``KV_FULL``), by an eighth, up to the fleet file's
+size (past it only with ``grow_past_batch_size``, by a one-slot probe, ``PROBE``, until the
+engine has taken a growth up). Never past the engine's own limit on sequences once a growth
+has shown it (given more slots, the engine kept requests in its own queue while running no
+more than before, for as many readings of its metrics, each checked as it arrives:
+``undo_growth``): a batch size above it only queues requests inside the engine, where no
+other replica can take them. With no signal at all (no
 engine metrics, nothing sent) it stays where it is. Not from NVML utilization: a continuously
 batching engine reads near 100% busy with one sequence or two hundred, so that signal shrank
 every card towards 1 (docs/decisions/0003).
@@ -92,7 +93,8 @@ KV_FULL = 0.9
 """KV-cache usage from which an engine's own queue means its batch is full."""
 
 PROBE = 1
-"""Slots a growth adds past the most the engine has shown it runs. vLLM publishes no
+"""Slots a growth past the fleet file's size adds (``grow_past_batch_size``) until the engine
+has run more than the size before a growth. vLLM publishes no
 ``max_num_seqs``, so a growth past it is found out only by requests queueing inside the
 engine for two readings of its metrics; one slot tells whether the engine runs more as well
 as an eighth does, and costs one queued request where 32 (an eighth at 256) cost more first
@@ -165,9 +167,15 @@ class BatchStreak:
 
 
 def retune_batch(
-    current: int, signals: BatchSignals, streak: BatchStreak, cfg: AdaptiveConfig
+    current: int,
+    signals: BatchSignals,
+    streak: BatchStreak,
+    cfg: AdaptiveConfig,
+    configured: int,
 ) -> tuple[int, str]:
-    """The next batch size and the signal that moved it ("" when it did not move)."""
+    """The next batch size and the signal that moved it ("" when it did not move).
+    ``configured``: the replica's batch size in the fleet file, the most it grows to unless
+    ``cfg.grow_past_batch_size``."""
     need = max(2, cfg.hysteresis)
     lo, hi = cfg.batch_bounds
     overload = signals.overload(cfg)
@@ -188,16 +196,27 @@ def retune_batch(
         streak.low = 0
         return current, ""
     streak.low += 1
+    if not cfg.grow_past_batch_size:
+        hi = min(hi, max(configured, lo))
     top = hi if ceiling is None else min(hi, max(ceiling, lo))
-    # Past a size the engine has not yet shown it runs, grow by a probe: if the engine is at
-    # its own limit, the added slots only queue requests inside it until the limit is learned.
-    step = max(1, current // 8) if streak.taken_up else PROBE
-    grown = min(top, current + step)
+    grown = min(top, _grown(current, configured, streak))
     if streak.low < need or current >= top or not signals.kv_room_for(grown / current):
         return current, ""
     streak.low = 0
     streak.grown_from = current
     return grown, f"all {current} slots in use, no overload for {need} intervals"
+
+
+def _grown(current: int, configured: int, streak: BatchStreak) -> int:
+    """The size one growth reaches: an eighth up to the fleet file's size or once the engine
+    has taken a growth up; past them a probe (the engine may be at its own limit, and slots
+    it does not take only queue requests inside it until the limit is learned)."""
+    eighth = current + max(1, current // 8)
+    if streak.taken_up:
+        return eighth
+    if current < configured:
+        return min(eighth, configured)
+    return current + PROBE
 
 
 def undo_growth(

@@ -130,7 +130,8 @@ class Tuner:
         for r, s in zip(replicas, signals, strict=True):
             if r.batch_pinned:
                 continue
-            size, why = retune_batch(r.batch_size, s, self._streaks[r.index], self.cfg)
+            streak = self._streaks[r.index]
+            size, why = retune_batch(r.batch_size, s, streak, self.cfg, r.config.batch_size)
             if size != r.batch_size:
                 changes.append(TunerChange(r.id, "batch_size", r.batch_size, size, why))
                 r.batch_size = size

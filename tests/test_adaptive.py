@@ -26,7 +26,11 @@ from router.replica import EngineLoad, Telemetry
 from router.request import Request
 from tests.fleet_factory import make_fleet
 
-CFG = AdaptiveConfig(weights=True, batch_sizes=True, weight_damping=0.5, hysteresis=2)
+CFG = AdaptiveConfig(
+    weights=True, batch_sizes=True, weight_damping=0.5, hysteresis=2, grow_past_batch_size=True
+)
+FILE = 64
+"""The fleet file's batch size, where a test does not care."""
 QUEUE = BatchSignals(engine_waiting=12, engine_running=40, saturated=True)
 CALM = BatchSignals(engine_waiting=0, engine_running=40, saturated=True)
 
@@ -72,8 +76,8 @@ def test_a_pinned_weight_is_left_alone() -> None:
 
 def test_an_engine_queue_cuts_the_batch_only_after_hysteresis() -> None:
     streak = BatchStreak()
-    assert retune_batch(256, QUEUE, streak, CFG) == (256, "")
-    size, why = retune_batch(256, QUEUE, streak, CFG)
+    assert retune_batch(256, QUEUE, streak, CFG, FILE) == (256, "")
+    size, why = retune_batch(256, QUEUE, streak, CFG, FILE)
     assert size == 192
     assert "engine queue 12 for 2 intervals" in why
 
@@ -81,9 +85,9 @@ def test_an_engine_queue_cuts_the_batch_only_after_hysteresis() -> None:
 def test_other_overloads_cut_multiplicatively_never_below_the_engines_batch_or_floor() -> None:
     cfg = replace(CFG, batch_bounds=(8, 512))
     slow = BatchSignals(engine_waiting=0, engine_running=40, ttft_s=5.0)
-    assert retune_batch(256, slow, BatchStreak(high=5), cfg)[0] == 192
-    assert retune_batch(44, slow, BatchStreak(high=5), cfg)[0] == 40  # the engine ran 40
-    assert retune_batch(9, BatchSignals(preempted=3), BatchStreak(high=5), cfg)[0] == 8
+    assert retune_batch(256, slow, BatchStreak(high=5), cfg, FILE)[0] == 192
+    assert retune_batch(44, slow, BatchStreak(high=5), cfg, FILE)[0] == 40  # the engine ran 40
+    assert retune_batch(9, BatchSignals(preempted=3), BatchStreak(high=5), cfg, FILE)[0] == 8
 
 
 def test_an_engine_queue_beside_free_kv_cache_is_a_burst_not_overload() -> None:
@@ -104,14 +108,28 @@ def test_the_batch_grows_by_one_slot_then_by_eighths_once_the_engine_takes_it_up
     """A first growth probes with one slot (the engine may be at its own limit); once the
     engine runs more than the old size, growths are an eighth."""
     streak = BatchStreak()
-    assert retune_batch(64, CALM, streak, CFG)[0] == 64
-    assert retune_batch(64, CALM, streak, CFG)[0] == 65
+    assert retune_batch(64, CALM, streak, CFG, FILE)[0] == 64
+    assert retune_batch(64, CALM, streak, CFG, FILE)[0] == 65
     took_up = replace(CALM, engine_running=65)
     assert undo_growth(65, took_up, streak, CFG) == (65, "")
     assert streak.taken_up
-    assert retune_batch(65, took_up, streak, CFG)[0] == 65
-    assert retune_batch(65, took_up, streak, CFG)[0] == 73
-    assert retune_batch(64, replace(CALM, saturated=False), BatchStreak(low=5), CFG)[0] == 64
+    assert retune_batch(65, took_up, streak, CFG, FILE)[0] == 65
+    assert retune_batch(65, took_up, streak, CFG, FILE)[0] == 73
+    assert retune_batch(64, replace(CALM, saturated=False), BatchStreak(low=5), CFG, FILE)[0] == 64
+
+
+def test_by_default_the_batch_grows_back_by_eighths_to_the_fleet_files_size_and_no_further() -> (
+    None
+):
+    """Cut below the fleet file's size by an overload, a replica grows back an eighth at a
+    time; at that size it stays, however long its slots are all in use."""
+    cfg = replace(CFG, grow_past_batch_size=False)
+    roomy = replace(CALM, engine_running=192, engine_kv_usage=0.3)
+    sizes = [192]
+    for _ in range(12):
+        sizes.append(retune_batch(sizes[-1], roomy, BatchStreak(low=5), cfg, 256)[0])
+    assert sizes[:5] == [192, 216, 243, 256, 256]
+    assert set(sizes[4:]) == {256}
 
 
 def test_the_batch_does_not_grow_past_what_the_engine_runs() -> None:
@@ -119,19 +137,19 @@ def test_the_batch_does_not_grow_past_what_the_engine_runs() -> None:
     more slots would only queue there."""
     capped = BatchSignals(engine_waiting=8, engine_running=256, engine_kv_usage=0.5, saturated=True)
     assert capped.overload(CFG) is None
-    assert retune_batch(256, capped, BatchStreak(low=5), CFG) == (256, "")
+    assert retune_batch(256, capped, BatchStreak(low=5), CFG, FILE) == (256, "")
 
 
 def test_the_batch_grows_only_where_the_kv_cache_holds_the_added_sequences() -> None:
     """256 at once fill 85% of the cache: an eighth more (288) would fill it and queue in the
     engine or preempt; one slot more would not. At 90% not even that."""
     full = replace(CALM, engine_running=256, engine_kv_usage=0.85)
-    assert retune_batch(256, full, BatchStreak(low=5, taken_up=True), CFG) == (256, "")
-    assert retune_batch(256, full, BatchStreak(low=5), CFG)[0] == 257
+    assert retune_batch(256, full, BatchStreak(low=5, taken_up=True), CFG, FILE) == (256, "")
+    assert retune_batch(256, full, BatchStreak(low=5), CFG, FILE)[0] == 257
     roomy = replace(full, engine_kv_usage=0.6)
-    assert retune_batch(256, roomy, BatchStreak(low=5, taken_up=True), CFG)[0] == 288
+    assert retune_batch(256, roomy, BatchStreak(low=5, taken_up=True), CFG, FILE)[0] == 288
     brim = replace(full, engine_kv_usage=0.9)
-    assert retune_batch(256, brim, BatchStreak(low=5), CFG) == (256, "")
+    assert retune_batch(256, brim, BatchStreak(low=5), CFG, FILE) == (256, "")
 
 
 def test_a_growth_the_engine_does_not_take_up_is_undone_and_not_tried_again() -> None:
@@ -139,17 +157,17 @@ def test_a_growth_the_engine_does_not_take_up_is_undone_and_not_tried_again() ->
     max_num_seqs): back to 256 after two such readings, and no growth past it after."""
     streak = BatchStreak()
     roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
-    assert retune_batch(256, roomy, streak, CFG)[0] == 256
-    assert retune_batch(256, roomy, streak, CFG)[0] == 257
+    assert retune_batch(256, roomy, streak, CFG, FILE)[0] == 256
+    assert retune_batch(256, roomy, streak, CFG, FILE)[0] == 257
     capped = BatchSignals(engine_waiting=1, engine_running=256, engine_kv_usage=0.5, saturated=True)
     assert undo_growth(257, capped, streak, CFG) == (257, "")  # one reading moves nothing
-    assert retune_batch(257, capped, streak, CFG) == (257, "")  # nor does a round
+    assert retune_batch(257, capped, streak, CFG, FILE) == (257, "")  # nor does a round
     size, why = undo_growth(257, capped, streak, CFG)
     assert size == 256
     assert "ran at most 256 at once for 2 readings" in why
     for _ in range(6):
         assert undo_growth(256, roomy, streak, CFG) == (256, "")
-        assert retune_batch(256, roomy, streak, CFG) == (256, "")
+        assert retune_batch(256, roomy, streak, CFG, FILE) == (256, "")
 
 
 def test_a_burst_admitted_after_a_growth_is_not_taken_for_the_engines_limit() -> None:
@@ -170,17 +188,17 @@ def test_an_engine_that_runs_more_than_its_learned_limit_may_grow_again() -> Non
     """Restarted with a larger max_num_seqs: the old limit no longer holds."""
     streak = BatchStreak(ceiling=256)
     roomy = replace(CALM, engine_running=256, engine_kv_usage=0.5)
-    assert retune_batch(256, roomy, replace(streak), CFG) == (256, "")
+    assert retune_batch(256, roomy, replace(streak), CFG, FILE) == (256, "")
     more = replace(roomy, engine_running=300)
     assert undo_growth(300, more, streak, CFG) == (300, "")
     assert streak.ceiling is None
     streak.low = 5
-    assert retune_batch(300, more, streak, CFG)[0] == 337
+    assert retune_batch(300, more, streak, CFG, FILE)[0] == 337
 
 
 def test_no_signal_means_no_change() -> None:
     """Without engine metrics or any first token, the tuner has nothing to go on."""
-    assert retune_batch(64, BatchSignals(saturated=True), BatchStreak(low=5), CFG) == (64, "")
+    assert retune_batch(64, BatchSignals(saturated=True), BatchStreak(low=5), CFG, FILE) == (64, "")
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -221,7 +239,7 @@ def test_the_batch_tuner_never_moves_on_one_reading_nor_below_its_floor(
             assert capped >= 2, "undone on a single reading"
             assert why
             assert floor <= undone < size
-        new, why = retune_batch(undone, signals, streak, cfg)
+        new, why = retune_batch(undone, signals, streak, cfg, FILE)
         if new != undone:
             assert agree >= 2, "moved on a single reading"
             assert why

@@ -165,6 +165,12 @@ class AdaptiveConfig:
     never on a single reading)."""
     batch_bounds: tuple[int, int] = (1, 512)
     """Smallest and largest batch size the tuner sets (the largest at most 65536)."""
+    grow_past_batch_size: bool = False
+    """Let the tuner grow a replica's batch size past the fleet file's, up to the largest of
+    ``batch_bounds``: by one slot at a time until the engine shows it runs more, then by
+    eighths. Off by default: the fleet file's size is usually the engine's own limit
+    (vLLM's ``max_num_seqs``), which vLLM does not publish, and each probe past it queues a
+    request inside the engine until two readings of its metrics show the limit."""
 
 
 @dataclass(frozen=True, slots=True)
