@@ -19,8 +19,11 @@ from router.replica import EngineLoad
 from router.request import Request
 from tests.fleet_factory import make_fleet
 
-ADAPTIVE = AdaptiveConfig(batch_sizes=True, hysteresis=2, interval_s=0.01)
-"""Adaptive batch sizes on; ``interval_s`` short for tests that run the driver's timer."""
+ADAPTIVE = AdaptiveConfig(
+    batch_sizes=True, hysteresis=2, interval_s=0.01, grow_past_batch_size=True
+)
+"""Adaptive batch sizes on, allowed past the fleet file's sizes (the replicas start there);
+``interval_s`` short for tests that run the driver's timer."""
 
 MAX_ROUNDS = 10
 
