@@ -8,19 +8,24 @@ replica (router/capacity.py) every ``--every`` simulated seconds from ``--after`
 per replica, learned over true capacity at ``--after``, at the end, and its lowest and highest
 over every reading (true: what the simulator measures the replica sustaining alone on the
 trace's mix, ``fleet_capacity``), the largest move from one reading to the next, and the
-estimate's source. Seeded: the same arguments give the same table on any machine.
+estimate's source. Then the lowest and highest again against the replica's capacity on the
+mix the run actually offered (its arrivals' lengths): a few thousand draws of a heavy-tailed
+trace can be several percent lighter or heavier than the whole trace, and the router knows
+only what it was sent. Seeded: the same arguments give the same tables on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 from router.config import load_fleet
 from router.config.schema import StrategyConfig
 from router.sim.runner import Workload, catalog_for, fleet_capacity, trace_rows
 from router.sim.simulator import Simulation
+from router.sim.workload import Arrival, TraceMix, TraceRow
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
 
@@ -51,7 +56,14 @@ def main() -> None:
         sim.at(t, read)
         t += args.every
     rate = args.load * sum(true.values())
-    sim.run(workload.generate(rate, args.duration, args.seed), args.duration)
+    offered: list[TraceRow] = []
+
+    def noted(arrivals: Iterator[Arrival]) -> Iterator[Arrival]:
+        for a in arrivals:
+            offered.append(TraceRow(a.time, a.prompt_tokens, a.output_tokens))
+            yield a
+
+    sim.run(noted(workload.generate(rate, args.duration, args.seed)), args.duration)
     print(
         f"{args.fleet}, {strategy}, load {args.load:g}, conv mix; readings every "
         f"{args.every:g} s from {args.after:g} s to {args.duration:g} s"
@@ -72,6 +84,12 @@ def main() -> None:
         "(first, last, low, high: learned over true at the first and last reading, lowest and "
         "highest over all; max move: largest change between two readings)"
     )
+    mine = fleet_capacity(fleet, TraceMix(offered), seed=args.seed)
+    print(f"\nagainst the capacity on the {len(offered)} requests the run offered")
+    print(f"{'replica':<10} {'true r/s':>8} {'low':>6} {'high':>6}")
+    for rid, xs in readings.items():
+        ratios = [v / mine[rid] for v, _ in xs]
+        print(f"{rid:<10} {mine[rid]:>8.2f} {min(ratios):>6.3f} {max(ratios):>6.3f}")
 
 
 if __name__ == "__main__":

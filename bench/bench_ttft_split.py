@@ -8,9 +8,10 @@ One simulated run (conv lengths, Poisson arrivals, the fleet file as written). E
 time to first token is split at the moment the router sent it: the wait in the router's queue
 before, the engine's own time after. Per replica: requests, mean prompt tokens, the two parts
 at p50 and p99, TTFT p99 and how many requests took over the SLO. Tells which card a strategy
-over-asks when p99 TTFT is over its bound. With ``--adaptive-batch-sizes`` the batch tuner is on
-(``router.adaptive.batch_sizes``; ``--grow-past-batch-size`` lets it grow past the fleet
-file's sizes) and every change it made is printed.
+over-asks when p99 TTFT is over its bound. ``--oracle`` runs the static split at the true
+capacities instead (the oracle of bench_learned_capacity.py). With ``--adaptive-batch-sizes``
+the batch tuner is on (``router.adaptive.batch_sizes``; ``--grow-past-batch-size`` lets it
+grow past the fleet file's sizes) and every change it made is printed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import argparse
 import dataclasses
 import statistics
 from typing import Any
+
+from bench_learned_capacity import with_weights
 
 from router.adaptive import TunerChange
 from router.config import FleetConfig, load_fleet
@@ -68,6 +71,11 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=200.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slo", type=float, default=2.0, help="TTFT bound counted, s (2)")
+    p.add_argument(
+        "--oracle",
+        action="store_true",
+        help="weighted-round-robin with every weight at the replica's true capacity instead",
+    )
     p.add_argument("--adaptive-batch-sizes", action="store_true", help="the batch tuner on")
     p.add_argument(
         "--grow-past-batch-size", action="store_true", help="and let it grow past the file's"
@@ -77,12 +85,18 @@ def main() -> None:
     if args.adaptive_batch_sizes or args.grow_past_batch_size:
         fleet = with_batch_tuner(fleet, args.grow_past_batch_size)
     workload = Workload(trace_rows("conv"))
-    capacity = sum(fleet_capacity(fleet, workload.mix, seed=args.seed).values())
-    sim = _Watched(fleet, args.strategy, seed=args.seed)
+    capacities = fleet_capacity(fleet, workload.mix, seed=args.seed)
+    capacity = sum(capacities.values())
+    strategy = args.strategy
+    if args.oracle:
+        fleet, strategy = with_weights(fleet, capacities), "weighted-round-robin"
+    sim = _Watched(fleet, strategy, seed=args.seed)
     arrivals = workload.generate(args.load * capacity, args.duration, args.seed)
     result = sim.run(arrivals, args.duration)
     print(
-        f"{args.strategy} at load {args.load} on {args.fleet}: p99 TTFT {result.ttft_p99_s:.2f} s"
+        f"{strategy}{' (oracle)' if args.oracle else ''} at load {args.load} on {args.fleet}: "
+        f"p99 TTFT {result.ttft_p99_s:.2f} s, completed {result.throughput_rps / capacity:.3f} "
+        "of capacity in the steady window"
     )
     rows: dict[str, dict[str, list[float]]] = {}
     for rid, rec in sim._records.items():
