@@ -127,6 +127,13 @@ ACTIONS: tuple[Action, ...] = (
         "v",
     ),
     Action(
+        "split",
+        "Split",
+        "Canary or blue-green: start, watch and steer a split",
+        "g",
+        footer=False,
+    ),
+    Action(
         "detail",
         "Detail",
         "Open the selected replica: capacity, latency, decisions",

@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
 from textual.screen import Screen
@@ -37,6 +37,7 @@ from console.messages import FilterClosed, RouterEventRecorded
 from console.rollout.confirm import RolloutConfirm
 from console.rollout.form import RolloutForm, RolloutRequest
 from console.rollout.progress import RolloutScreen
+from console.rollout.split_actions import SplitActions
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen, where
 from console.screens.replica_detail import DetailData, ReplicaDetail
@@ -109,7 +110,7 @@ WIDE_AT = 200
 """Columns from which the summary and events move to a side column."""
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(SplitActions):
     TITLE = "gpurouter"
     CSS_PATH: ClassVar[Any] = [str(p) for p in CSS_PATHS]
     BINDINGS: ClassVar[list[BindingType]] = list(bindings({a.id: a.key for a in ACTIONS}))
@@ -352,6 +353,7 @@ class ConsoleApp(App[None]):
             "strategy": self._pick_strategy,
             "cluster": self._show_cluster,
             "rollout": self._rollout_key,
+            "split": self.split_key,
             "filter": self._open_filter,
             "sort": self._cycle_sort,
             "theme": self._cycle_theme,

@@ -23,6 +23,7 @@ from console.rollout.model import (
     preview_from_json,
     progress_from_json,
 )
+from console.rollout.split_model import SplitState, split_from_json
 from router.config.schema import FleetConfig
 from router.control import Command, ControlSurface, Event
 from router.core import RouterCore
@@ -126,6 +127,19 @@ class Backend(Protocol):
         """``pause``, ``resume``, ``abort`` or ``rollback``: the rollout's state after it."""
         ...
 
+    # ---- traffic splits: a canary, or the fleet file's blue-green set (docs/rollouts.md) ----
+
+    def split(self) -> SplitState | None:
+        """The canary going or the last one, or the fleet file's blue-green set; None when
+        there is neither (cheap: read at every refresh)."""
+        ...
+
+    async def split_act(self, body: Mapping[str, Any]) -> SplitState | None:
+        """One of the admin API's split actions, as ``POST /admin/split`` takes it
+        (``{"action": "canary", "version": V, ...}``, ``{"action": "step", "percent": P}``,
+        ``promote``, ``abort``, ``switch``, ``switch back``, ``release``): the split after it."""
+        ...
+
 
 NO_ROLLOUTS = "this router runs no rollouts"
 
@@ -225,6 +239,17 @@ class ConsoleBackend:
     async def rollout_act(self, action: str) -> RolloutProgress:
         await self._rollouts().act(action, self.actor)
         return self._now()
+
+    def split(self) -> SplitState | None:
+        status = None if self.rollouts is None else self.rollouts.splits.status()
+        return None if status is None else split_from_json(status)
+
+    async def split_act(self, body: Mapping[str, Any]) -> SplitState | None:
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise RolloutError("a split action needs `action`")
+        await self._rollouts().splits.act(action, body, self.actor)
+        return self.split()
 
     def _rollouts(self) -> RolloutManager:
         if self.rollouts is None:

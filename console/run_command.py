@@ -148,6 +148,8 @@ def _summary_text(line: dict[str, Any]) -> str:
     rows = [f"{line['scenario']} ({line['mode']}): {counts}"]
     if isinstance(line.get("rollout"), dict):
         rows += _rollout_rows(line["rollout"])
+    if isinstance(line.get("canary"), dict):
+        rows += _canary_rows(line["canary"])
     for check in line["checks"]:
         mark = ("PASS" if check["ok"] else "FAIL") if check["judged"] else "----"
         measured = "unbounded" if check["measured"] is None else check["measured"]
@@ -183,6 +185,22 @@ def _rollout_rows(rollout: dict[str, Any]) -> list[str]:
             f"peak queue {predicted['peak_queue']}, p99 TTFT during "
             f"{_secs(predicted.get('ttft_p99_s'))}, duration {_secs(predicted.get('duration_s'))}"
         )
+    return rows
+
+
+def _canary_rows(canary: dict[str, Any]) -> list[str]:
+    """When the canary went back to 0% and why, with the figures the judge decided on."""
+    back = canary.get("rolled_back_at")
+    ended = canary.get("ended_at")
+    row = f"  canary {canary['phase']}: started at {canary['started_at']:.1f} s"
+    if back is not None:
+        row += f", back to 0% at {back:.1f} s"
+    if ended is not None:
+        row += f", ended at {ended:.1f} s"
+    rows = [row + f"; share {canary['share']:.0%}, on the new version {len(canary['on_new'])}"]
+    why = canary.get("verdict") or canary.get("error")
+    if why:
+        rows.append(f"  {why}")
     return rows
 
 

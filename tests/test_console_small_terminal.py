@@ -115,8 +115,9 @@ def test_imbalance_band_changes_are_debounced() -> None:
 
 
 async def test_help_fits_80x24_with_every_key_and_how_to_close_it() -> None:
-    """Every action's key, the legend and how to close it are on screen at once; a wrapped
-    description continues under the description, not at column 0."""
+    """Every action's key, the legend and how to close it are on screen at once (faster and
+    slower on one line, ``+/-``, as the docs' table has them); a wrapped description
+    continues under the description, not at column 0."""
     app = small_app()
     async with app.run_test(size=SMALL) as pilot:
         await pilot.press("question_mark")
@@ -124,11 +125,11 @@ async def test_help_fits_80x24_with_every_key_and_how_to_close_it() -> None:
         assert isinstance(app.screen, HelpScreen)
         lines = screen_lines(app)
     text = "\n".join(lines)
-    for title in ("Quit", "Faster", "Slower", "Pause", "Theme", "Sort"):
+    for title in ("Quit", "Refresh", "Pause", "Theme", "Sort", "Roll", "Split"):
         assert any(title in line for line in lines), title
     assert any(line.strip(" █▌▐").startswith("q ") for line in lines)
-    assert any(line.strip(" █▌▐").startswith("+ ") for line in lines)
-    assert any(line.strip(" █▌▐").startswith("- ") for line in lines)
+    assert any(line.strip(" █▌▐").startswith("+/- ") for line in lines)
+    assert any(line.strip(" █▌▐").startswith("g ") for line in lines)
     assert "Esc or ? closes" in text
     assert "States:" in text
 

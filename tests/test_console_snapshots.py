@@ -8,6 +8,7 @@ Regenerate after an intended change with ``pytest tests/test_console_snapshots.p
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,7 @@ from textual.widgets import Input
 from console.app import ConsoleApp
 from router.config.schema import CommandUpdaterConfig, RolloutConfig, UpdaterConfig
 from router.control import Drain, SetWeight
+from router.request import Request
 from router.rollout.manager import RolloutManager
 from tests.console_helpers import loaded_rig, telemetry_for
 from tests.fleet_factory import make_fleet
@@ -131,3 +133,52 @@ def test_rollout_confirmation_shows_the_waves_before_anything_starts(snap_compar
         await pilot.pause()
 
     assert snap_compare(rolling_dashboard(), run_before=ask_for_the_plan, terminal_size=(80, 24))
+
+
+CANARY = "test-model-v2"
+
+
+def canary_console() -> ConsoleApp:
+    """An idle fleet whose r0 already runs the new version, with the router's splits: a
+    canary there needs no updater."""
+    rig = loaded_rig(requests=0, completed=0)
+    rig.core.rng = random.Random(7)
+    rig.core.replica("r0").served_models = (CANARY, "test-model")
+    rig.backend.rollouts = RolloutManager(rig.core, rig.control)
+    return ConsoleApp(rig.backend, auto_refresh=False)
+
+
+async def canary_at_half(pilot: Any) -> None:
+    """A manual canary on r0 set to 50% through the console's keys, then 24 requests of
+    the model, each answered (first byte 40 ms on the new version, 30 ms on the old)."""
+    backend = pilot.app.backend
+    splits = backend.rollouts.splits
+    canary = splits.start_canary({"version": CANARY, "replicas": ["r0"], "manual": True}, "console")
+    canary.id = "canary-1"  # ids count the process's canaries: the same name whatever ran first
+    await pilot.pause()
+    await pilot.press("g", "s")
+    await pilot.pause()
+    pilot.app.screen.query_one(Input).value = "50"
+    await pilot.press("enter")
+    await pilot.pause()
+    await pilot.press("y")
+    await pilot.app.workers.wait_for_complete()
+    core, clock = backend.core, backend.core.clock
+    for i in range(24):
+        core.submit(Request(f"c{i:02d}", 200, 64, clock(), model="test-model"))
+        a = core.running[f"c{i:02d}"]
+        clock.advance(0.04 if a.replica.version == CANARY else 0.03)
+        core.first_byte(a)
+        clock.advance(0.5)
+        core.complete(a)
+    pilot.app.refresh_data()
+    pilot.app.clear_notifications()  # the step's toast: its timeout is the wall clock's
+    await pilot.pause()
+
+
+def test_a_canarys_split_screen_shows_its_share_schedule_and_both_versions(
+    snap_compare: Snap,
+) -> None:
+    """The share now, who set it, the judge's figures for the new and the old version over
+    its window, and the keys that steer it in the border."""
+    assert snap_compare(canary_console(), run_before=canary_at_half, terminal_size=(80, 24))

@@ -118,3 +118,39 @@ def test_a_floor_the_plan_cannot_keep_is_refused_as_live() -> None:
     control = ControlSurface(sim.core, wall_clock=lambda: sim.clock.now)
     with pytest.raises(RolloutError, match="under the floor of 95%"):
         SimulatedRollout(sim, control, SimRolloutSpec("v2", load_s=5.0, floor=0.95))
+
+
+def test_a_rollout_of_some_replicas_counts_the_rest_and_rolls_back_to_the_old_version() -> None:
+    """As live for a canary's replicas: only they are planned, the rest of the fleet's capacity
+    in service counts toward the floor, and a rollback puts each back on its old version."""
+    sim = Simulation(load_fleet(MIXED), "weighted-least-connections", seed=3)
+    control = ControlSurface(sim.core, wall_clock=lambda: sim.clock.now)
+    spec = SimRolloutSpec(
+        "llama-v2", load_s=4.0, floor=0.75, aliases=("llama",), replicas=("v100-0", "v100-1")
+    )
+    rollout = SimulatedRollout(sim, control, spec)
+    assert set(rollout.plan.order) == {"v100-0", "v100-1"}
+    assert len(rollout.plan.waves) == 1  # two V100s out leave well over 75% in service
+    ends: list[str] = []
+
+    def back() -> None:
+        ends.append(f"back at {sim.clock.now:g}")
+
+    def done() -> None:
+        ends.append(f"done at {sim.clock.now:g}")
+        assert {sim.core.replica(r).version for r in ("v100-0", "v100-1")} == {"llama-v2"}
+        assert sim.core.replica("v100-2").version != "llama-v2"
+        rollout.rollback(then=back)
+
+    sim.at(5.0, lambda: rollout.start(then=done))
+    arrivals = poisson(4.0, 60.0, MIX, random.Random(3))
+    result = sim.run(arrivals, 60.0, drain_s=30.0)
+    assert [e.split(" at ")[0] for e in ends] == ["done", "back"]
+    status = rollout.status()
+    assert status.phase is Phase.ROLLED_BACK
+    assert set(status.steps.values()) == {Step.ROLLED_BACK}
+    old = "meta-llama/Llama-3.1-8B-Instruct"
+    assert all(sim.served[sim.core.replica(r).index] == (old, "llama") for r in status.steps)
+    assert all(r.version == old and r.state is ReplicaState.ACTIVE for r in sim.core.pool)
+    assert status.capacity_lowest >= 0.75
+    assert result.lost_requests == 0

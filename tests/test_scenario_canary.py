@@ -1,7 +1,8 @@
-"""A scenario's canary step: read and checked at load, refused by the simulator, and run live
-against a small emulated fleet whose new version is made to fail by a fault set for that
-version, where the canary rolls itself back and its checks hold (nothing lost, the split back
-at 0, every replica on the old version)."""
+"""A scenario's canary step: read and checked at load, run on the simulator (the example, whose
+new version is made to fail once in service) and live against a small emulated fleet whose new
+version is made to fail by a fault set for that version; both ways the canary rolls itself
+back and its checks hold (nothing lost, the split back at 0, every replica on the old
+version)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from router.errors import ConfigError
 from router.scenario import load_scenario
 from router.scenario.runner_live import run_live
 from tests.scenario_helpers import EXAMPLES, run_cli, scenario_file
+from tests.test_scenario_examples import simulated
 from tests.test_scenario_rollout import SMALL_FLEET
 
 # Ten times faster than life: 60 emulated seconds of light load take 6 s of wall time.
@@ -130,10 +132,41 @@ def test_canary_checks_need_a_canary_action(tmp_path: Path) -> None:
     assert "needs a canary action" in message
 
 
-def test_the_simulator_refuses_a_canary_step() -> None:
+def test_the_failing_canary_example_rolls_itself_back_on_the_simulator() -> None:
+    """``gpurouter run --simulate examples/scenarios/canary-failing.yaml``: the judge, fed by
+    the simulated requests, puts the split back at 0% on its own once the new version fails
+    (the fault at 45 s), naming the worse error rate with both versions' figures; the V100 is
+    moved back to the old version, and no request is lost or failed."""
+    run = simulated(EXAMPLES / "canary-failing.yaml")
+    assert run.code == 0, run.err
+    summary = run.summary
+    assert summary["passed"] is True
+    assert (summary["lost"], summary["failed"]) == (0, 0)
+    assert summary["completed"] == summary["offered"]
+    actions = [line for line in run.lines if line["kind"] == "action"]
+    assert [a["ok"] for a in actions] == [True, True]  # the canary and the fault, nothing else
+    canary = summary["canary"]
+    assert canary["phase"] == "rolled back"
+    assert (canary["share"], canary["on_new"]) == (0.0, [])
+    # Decided by the judge after the fault, not by an operator.
+    assert 45.0 < canary["rolled_back_at"] < canary["ended_at"]
+    assert canary["verdict"].startswith("error rate worse by more than 5% points")
+    comment = (EXAMPLES / "canary-failing.yaml").read_text(encoding="utf-8").split("\nname:")[0]
+    assert f"back to 0% at {canary['rolled_back_at']:.1f} s" in comment
+    new, old = canary["judged"]["new"], canary["judged"]["old"]
+    assert new["errors"] > 0
+    assert new["requests"] >= 20
+    assert old["requests"] >= 20
+    assert new["error_rate"] - old["error_rate"] > 0.05
+    # The failed attempts were retried on the old version: the clients saw none of them.
+    assert all(check["ok"] for check in summary["checks"])
+
+
+def test_the_text_summary_of_a_simulated_canary_says_when_and_why_it_rolled_back() -> None:
     run = run_cli(str(EXAMPLES / "canary-failing.yaml"), "--simulate")
-    assert run.code == 2
-    assert "actions[0].canary: the simulator does not run canaries yet" in run.err
+    assert run.code == 0, run.err
+    assert "  canary rolled back: started at 10.0 s, back to 0% at 46.1 s" in run.out
+    assert "  error rate worse by more than 5% points: llama-3.1-8b-v2 error rate" in run.out
 
 
 async def test_a_failing_canary_rolls_itself_back_live_and_its_checks_hold(tmp_path: Path) -> None:

@@ -10,11 +10,10 @@ import pytest
 from router.scenario import load_scenario
 from tests.scenario_helpers import EXAMPLES, Run, run_cli
 
-LIVE_ONLY = frozenset({"rollout-mixed", "canary-failing"})
-"""Examples with a rollout or canary step, which the simulator does not run yet: --simulate
-refuses them (exit 2); tests/test_scenario_rollout.py and tests/test_scenario_canary.py load
-them and run a rollout or a canary live."""
-SCENARIOS = sorted(p for p in EXAMPLES.glob("*.yaml") if p.stem not in LIVE_ONLY)
+SIMULATED_ELSEWHERE = frozenset({"rollout-mixed"})
+"""Run on the simulator by tests/test_scenario_rollout.py (with its rollout's summary), not
+again here."""
+SCENARIOS = sorted(p for p in EXAMPLES.glob("*.yaml") if p.stem not in SIMULATED_ELSEWHERE)
 
 
 @functools.cache
@@ -80,6 +79,7 @@ QUOTED: dict[str, tuple[tuple[str | float, str], ...]] = {
         ("low priority waits meanwhile", "low priority waits {:.1f} s"),
         ("only what streamed on a100-0 fails", "and {:.0f} low-priority requests fail"),
     ),
+    "canary-failing": (("p99 TTFT all through", "p99 TTFT {:.2f} s all through"),),
     "replica-failure": (
         ("few failures at the kill", "With --simulate: {:.0f} requests fail"),
         ("p99 TTFT under 2 s while a100-1 is out", "is {:.2f} s"),

@@ -2,13 +2,14 @@
 
 :func:`attach` asks the admin API for the fleet, its state and its audit trail, so a wrong
 URL or token is one clear error before the console draws. :class:`RemoteBackend` then polls
-``GET /admin/state`` at the console's refresh interval, follows ``GET /admin/events``, and
-sends commands with ``POST /admin/commands``. Between polls the console reads the last state
-received; while the router does not answer, :class:`~console.attach.link.Link` says so and
-the poller asks again after a growing wait, so a router that goes away never stops the
-console, and one that comes back is picked up. With ``--broker`` a
-:class:`~console.cluster.watch.ClusterWatch` runs beside it, and the GPUs' telemetry comes
-from the broker.
+``GET /admin/state`` (and ``/admin/rollout``, ``/admin/split``) at the console's refresh
+interval, follows ``GET /admin/events``, and sends commands with ``POST /admin/commands``
+(a rollout's steps to ``/admin/rollout``, a split's to ``/admin/split``). Between polls the
+console reads the last state received; while the router does not answer,
+:class:`~console.attach.link.Link` says so and the poller asks again after a growing wait, so
+a router that goes away never stops the console, and one that comes back is picked up. With
+``--broker`` a :class:`~console.cluster.watch.ClusterWatch` runs beside it, and the GPUs'
+telemetry comes from the broker.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from console.rollout.model import (
     preview_from_json,
     progress_from_json,
 )
+from console.rollout.split_model import SplitState, split_from_json
 from router.config.schema import FleetConfig
 from router.control import Command, Event, command_args, command_name
 from router.errors import GpuRouterError
@@ -60,6 +62,7 @@ asks at each refresh; once it is closed (or the console paused) they are not fet
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
 ROLLOUT = "/admin/rollout"
+SPLIT = "/admin/split"
 
 
 class RemoteBackend:
@@ -105,6 +108,9 @@ class RemoteBackend:
         self._rollout: RolloutProgress | None = None
         self._rollouts_served = True
         """False once the router answered 404 to /admin/rollout: it is not asked again."""
+        self._split: SplitState | None = None
+        self._splits_served = True
+        """False once the router answered 404 to /admin/split: it is not asked again."""
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -160,6 +166,10 @@ class RemoteBackend:
         """As of the latest poll (or the latest answer to a rollout command)."""
         return self._rollout
 
+    def split(self) -> SplitState | None:
+        """As of the latest poll (or the latest answer to a split action)."""
+        return self._split
+
     # ---- what it sends ---------------------------------------------------------------------
 
     async def rollout_preview(self, version: str, settings: Mapping[str, Any]) -> RolloutPreview:
@@ -173,6 +183,12 @@ class RemoteBackend:
 
     async def rollout_act(self, action: str) -> RolloutProgress:
         return self._progress(await self._rollout_post({"action": action}))
+
+    async def split_act(self, body: Mapping[str, Any]) -> SplitState | None:
+        if self.refusal is not None:
+            raise GpuRouterError(self.refusal)  # the console refuses first; any other caller
+        self._split = _split_state(await self.admin.post(SPLIT, body))
+        return self._split
 
     async def _rollout_post(self, body: Mapping[str, Any]) -> dict[str, Any]:
         if self.refusal is not None:
@@ -237,6 +253,8 @@ class RemoteBackend:
             self.state = await fetch_state(self.admin, self._wants(self._running_asked_at, now))
             if self._rollouts_served:
                 await self._poll_rollout()
+            if self._splits_served:
+                await self._poll_split()
             wanted = self._wants(self._decisions_asked_at, self.clock())
             self._decisions = await fetch_decisions(self.admin) if wanted else []
         except GpuRouterError as exc:
@@ -251,6 +269,13 @@ class RemoteBackend:
             return
         status = answer.get("rollout")
         self._rollout = None if status is None else _read(progress_from_json, status, "rollout")
+
+    async def _poll_split(self) -> None:
+        answer = await self.admin.get_if_served(SPLIT)
+        if answer is None:
+            self._splits_served = False
+            return
+        self._split = _split_state(answer)
 
     async def poll_forever(self) -> None:
         """Poll at the refresh interval, or after the backoff while the router is away."""
@@ -293,6 +318,12 @@ def _read(convert: Callable[[Any], T], data: object, what: str) -> T:
         return convert(data)
     except ValueError as exc:
         raise UnreachableError(f"the admin API's {what} is unreadable: {exc}") from None
+
+
+def _split_state(answer: Mapping[str, Any]) -> SplitState | None:
+    """``{"split": ...}``: the split's state, or None when there is none."""
+    status = answer.get("split")
+    return None if status is None else _read(split_from_json, status, "split")
 
 
 async def fetch_state(admin: AsyncAdmin, running: bool = False) -> RemoteState:

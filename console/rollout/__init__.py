@@ -5,6 +5,11 @@
 - ``form``: the version and the main settings, asked before anything is planned.
 - ``confirm``: the plan (waves, capacity shares, what stays in service), then confirm.
 - ``progress``: the live progress screen, with pause, resume, abort and rollback.
+- ``split_model``: a traffic split (a canary, or the fleet file's blue-green set) as the
+  console reads it, from either backend.
+- ``canary_form``, ``share_input``, ``split_screen``: a canary's form, its share asked in
+  percent, and the split's live screen; ``split_actions``: the app's ``g`` key that joins them,
+  each step confirmed.
 """
 
 __all__: list[str] = []

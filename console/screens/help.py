@@ -28,6 +28,9 @@ REFUSED = "✖"
 """Marks an action a read-only console refuses, beside its key: struck-through text alone
 is lost on terminals that cannot draw it."""
 CLOSE = "Esc or ? closes · : or Ctrl+P palette"
+PAIRED = {"faster": ("slower", "Refresh")}
+"""Actions shown on one line with their pair (both keys, one title), as docs/console.md's
+table shows them: one line less, so that every key fits an 80x24 screen."""
 
 
 def key_label(key: str) -> str:
@@ -93,14 +96,33 @@ class HelpScreen(Screen[None]):
         labels = {a.id: key_label(self.keys[a.id]) for a in self.actions}
         for action_id in refused:
             labels[action_id] += f" {REFUSED}"
-        key_w = max(len(label) for label in labels.values()) + 1
-        title_w = max(len(a.title) for a in self.actions) + 2
+        rows = self._rows(labels)
+        key_w = max(len(label) for _, label, _, _ in rows) + 1
+        title_w = max(len(title) for _, _, title, _ in rows) + 2
         lines = []
-        for a in self.actions:
-            style = self.tones[Tone.DIM] + Style(strike=True) if a.id in refused else Style()
-            line = Text(f"{labels[a.id]:<{key_w}}{a.title:<{title_w}}{a.description}", style)
+        for action_id, label, title, description in rows:
+            style = self.tones[Tone.DIM] + Style(strike=True) if action_id in refused else Style()
+            line = Text(f"{label:<{key_w}}{title:<{title_w}}{description}", style)
             lines.append((line, key_w + title_w))
         return Hanging(lines)
+
+    def _rows(self, labels: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+        """(action id, key label, title, description) per line; a pair on one line."""
+        by_id = {a.id: a for a in self.actions}
+        paired = {second for first, (second, _) in PAIRED.items() if first in by_id}
+        rows = []
+        for a in self.actions:
+            if a.id in paired:
+                continue
+            pair = PAIRED.get(a.id)
+            if pair is None or pair[0] not in by_id:
+                rows.append((a.id, labels[a.id], a.title, a.description))
+                continue
+            b = by_id[pair[0]]
+            first, second = labels[a.id], labels[b.id]
+            description = f"{a.description} ({first}); {b.description.lower()} ({second})"
+            rows.append((a.id, f"{first}/{second}", pair[1], description))
+        return rows
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from router.control import Event
 from router.errors import ConfigError, RolloutError
 from router.rollout.canary import Canary
 from router.rollout.splits import Splits
@@ -40,7 +41,9 @@ class LiveCanary:
         self._canary: Canary | None = None
         self._started_at = 0.0
         self._ended_at: float | None = None
+        self._rolled_back_at: float | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     def start(self, step: CanaryStep) -> tuple[bool, str]:
         """Start it; whether the router accepted it, and what it does or why not."""
@@ -50,12 +53,25 @@ class LiveCanary:
             return False, str(exc)
         self._step, self._canary, self._started_at = step, canary, self.now()
         self._watch = asyncio.create_task(self._until_ended(canary))
+        self._unsubscribe = self.splits.control.subscribe(self._event)
         s = canary.spec
         return True, f"{canary.id}: {s.new} on {', '.join(s.replicas)} beside {s.old}"
 
     async def _until_ended(self, canary: Canary) -> None:
         await canary.wait()
         self._ended_at = self.now()
+
+    def _event(self, event: Event) -> None:
+        """The audit trail's ``rollback`` step of this canary: when the split went to 0%."""
+        canary = self._canary
+        if (
+            canary is not None
+            and self._rolled_back_at is None
+            and event.kind == "rollout"
+            and event.args.get("canary") == canary.id
+            and event.args.get("step") == "rollback"
+        ):
+            self._rolled_back_at = self.now()
 
     async def outcome(self) -> CanaryOutcome | None:
         """What it did, as it stands now; None when it never started."""
@@ -65,6 +81,16 @@ class LiveCanary:
             self._watch.cancel()  # still going: the run ends without it
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         served = await served_lists(self.replica_urls)
         status = self._canary.status()
-        return CanaryOutcome(self._step.version, self._started_at, self._ended_at, status, served)
+        return CanaryOutcome(
+            self._step.version,
+            self._started_at,
+            self._ended_at,
+            status,
+            served,
+            rolled_back_at=self._rolled_back_at,
+        )

@@ -21,6 +21,7 @@ from router.snapshot import FleetSnapshot
 
 __all__ = [
     "ActionRecord",
+    "CanaryOutcome",
     "Recorder",
     "RequestRecord",
     "RolloutOutcome",
@@ -136,6 +137,9 @@ class CanaryOutcome:
     """The canary's own status (router/rollout/canary.py's ``Canary.status``)."""
     served: dict[str, tuple[str, ...] | None]
     """What each replica's ``/v1/models`` listed at the end; None: it did not answer."""
+    rolled_back_at: float | None = None
+    """Scenario seconds when the split went back to 0% for a rollback (the judge's verdict,
+    or an abort); None: it did not."""
 
     @property
     def phase(self) -> str:
@@ -157,6 +161,9 @@ class CanaryOutcome:
             "phase": self.phase,
             "started_at": round(self.started_at, 3),
             "ended_at": None if ended is None else round(ended, 3),
+            "rolled_back_at": None
+            if self.rolled_back_at is None
+            else round(self.rolled_back_at, 3),
             "share": self.share,
             "on_new": self.on_new,
             "figures": self.status["figures"],
@@ -180,9 +187,9 @@ class Recorder(CoreListener):
     completions: list[float] = field(default_factory=list)
     """End times of completed requests, in order."""
     rollout: RolloutOutcome | None = None
-    """Live runs with a rollout step: what it did (set by the runner at the end)."""
+    """Runs with a rollout step: what it did (set by the runner at the end)."""
     canary: CanaryOutcome | None = None
-    """Live runs with a canary step: what it did (set by the runner at the end)."""
+    """Runs with a canary step: what it did (set by the runner at the end)."""
     _attempts: dict[str, Assignment] = field(default_factory=dict)
     _finished: bool = False
 

@@ -2,8 +2,10 @@
 
 Actions and per-second samples are callbacks at their virtual times; control commands go
 through the same ControlSurface the console and ``gpurouter ctl`` use; faults are the
-simulator's models of what EmulatedFleet does to a live replica. A minute of scenario takes
-well under a second.
+simulator's models of what EmulatedFleet does to a live replica (those set for a version act
+only while the replica serves it); a rollout step runs as router/scenario/sim_rollout.py and
+a canary step as router/scenario/sim_canary.py. A minute of scenario takes well under a
+second.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 from functools import partial
 
 from router.control import ControlSurface
-from router.errors import ConfigError, Problem
 from router.loadgen import Shot
 from router.request import Priority, Request
 from router.scenario.recording import Recorder, sample_line
@@ -27,6 +28,7 @@ from router.scenario.report import (
 )
 from router.scenario.rollout_report import rollout_summary
 from router.scenario.schema import Action, Scenario
+from router.scenario.sim_canary import SimScenarioCanary
 from router.scenario.sim_rollout import SimScenarioRollout
 from router.scenario.workload import Workload
 from router.sim.simulator import Simulation
@@ -42,11 +44,15 @@ class _ShotArrival(Arrival):
 
 class _ScenarioSimulation(Simulation):
     offered: dict[str, float]
+    model: str | None
+    """The model name every request asks for, as the live load generator's do; None: none
+    (a canary step sets it: only requests for its stable name are split)."""
 
     def make_request(self, request_id: str, arrival: Arrival) -> Request:
         request = super().make_request(request_id, arrival)
         if isinstance(arrival, _ShotArrival):
             request.priority = arrival.priority
+        request.model = self.model
         self.offered[request_id] = arrival.time
         return request
 
@@ -64,22 +70,27 @@ def run_simulated(
 ) -> RunReport:
     """Run the scenario on the simulator. ``stop`` is asked after each per-second sample:
     true ends the run there, with a partial report (``RunReport.interrupted_at``)."""
-    _refuse_canaries(scenario)
     workload = Workload(scenario)
     fleet = scenario.fleet.config
     strategy = scenario.strategy or fleet.router.strategy.name
     params = scenario.strategy_params if scenario.strategy else fleet.router.strategy.params
     sim = _ScenarioSimulation(fleet, strategy, seed=scenario.seed, strategy_params=params)
     sim.offered = {}
+    stable = fleet.model or fleet.replicas[0].model
+    sim.model = stable if any(a.canary is not None for a in scenario.actions) else None
     control = ControlSurface(sim.core, wall_clock=lambda: sim.clock.now)
     rec = Recorder(sim.core, lambda t: t)
-    rollout = SimScenarioRollout(sim, control, fleet.model or fleet.replicas[0].model)
+    rollout = SimScenarioRollout(sim, control, stable)
+    canary = SimScenarioCanary(sim, control)
 
     def act(action: Action) -> None:
         if action.command is not None:
             record = apply_command(control, action, sim.clock.now, rec)
         elif action.rollout is not None:
             ok, message = rollout.start(action.rollout)
+            record = note_action(rec, action, sim.clock.now, ok, message)
+        elif action.canary is not None:
+            ok, message = canary.start(action.canary)
             record = note_action(rec, action, sim.clock.now, ok, message)
         else:
             ok, message = _fault(sim, action)
@@ -106,10 +117,13 @@ def run_simulated(
         interrupted_at = interrupt.t
     lost = [t for rid, t in sim.offered.items() if rid not in rec.requests]
     rec.rollout = rollout.outcome()
+    rec.canary = canary.outcome()
     extra: dict[str, object] = {}
     if rec.rollout is not None:
         end = scenario.duration_s + scenario.drain_s
         extra["rollout"] = rollout_summary(rec.rollout, rec, lost, end)
+    if rec.canary is not None:
+        extra["canary"] = rec.canary.to_dict()
     return finish_run(
         scenario,
         "simulate",
@@ -127,21 +141,6 @@ def _output(shot: Shot) -> int:
     return shot.max_tokens if shot.output_tokens is None else shot.output_tokens
 
 
-def _refuse_canaries(scenario: Scenario) -> None:
-    """ConfigError for a canary step: the simulator does not model a canary (a traffic split
-    judged on the new version's errors and TTFT) yet."""
-    problems = [
-        Problem(str(scenario.source), a.line, f"actions[{i}].canary", _NO_CANARIES)
-        for i, a in enumerate(scenario.actions)
-        if a.canary is not None
-    ]
-    if problems:
-        raise ConfigError(problems)
-
-
-_NO_CANARIES = "the simulator does not run canaries yet; run the scenario live (no --simulate)"
-
-
 def _fault(sim: Simulation, action: Action) -> tuple[bool, str]:
     replica = str(action.replica)
     match action.fault:
@@ -150,10 +149,11 @@ def _fault(sim: Simulation, action: Action) -> tuple[bool, str]:
         case "revive" | "heal":
             sim.revive(replica)
         case "slow":
-            sim.slow(replica, action.factor)
+            sim.slow(replica, action.factor, action.version)
         case "fail_fraction":
-            sim.fail_fraction(replica, action.fraction)
-    return True, f"{replica}: {_DONE[str(action.fault)]}"
+            sim.fail_fraction(replica, action.fraction, action.version)
+    of = "" if action.version is None else f" (while it serves {action.version})"
+    return True, f"{replica}: {_DONE[str(action.fault)]}{of}"
 
 
 _DONE = {

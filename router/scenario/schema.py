@@ -100,9 +100,9 @@ class Action:
     fraction: float = 0.0
     """``fail_fraction``: the share of attempts answered with a 500."""
     rollout: RolloutStep | None = None
-    """A model rollout started through the router's rollout manager (live runs only)."""
+    """A model rollout started through the router's rollout manager (live or simulated)."""
     canary: CanaryStep | None = None
-    """A canary started through the router's traffic splits (live runs only)."""
+    """A canary started through the router's traffic splits (live or simulated)."""
     version: str | None = None
     """``slow``, ``fail_fraction``: the version they stand for (live: they end when the
     replica restarts onto another); None: the replica's, whatever it runs."""

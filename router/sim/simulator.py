@@ -14,14 +14,17 @@ own output length, at most that. A request longer than a replica's context or KV
 refused by the engine before its first byte (HTTP 400, ``context_length_exceeded``), as the
 emulator and vLLM refuse it, and the live proxy's handling of that answer follows.
 
-Scripted runs (``gpurouter run --simulate``) add three things, none of which changes a plain
+Scripted runs (``gpurouter run --simulate``) add four things, none of which changes a plain
 run: callbacks at given virtual times (``at``), the request an arrival becomes
-(``make_request``, to set its priority), and faults on a replica (``kill``, ``revive``,
+(``make_request``, to set its priority), faults on a replica (``kill``, ``revive``,
 ``slow``, ``fail_fraction``), which the live router's own health monitor sees as the live one
 would: failed attempts are retried elsewhere and, enough of them in a row, eject the replica
 (within the monitor's limits: its maximum ejected share, panic mode) until a readmission
 probe finds it back: one at every ``check_interval_s`` during the ejection window, and one
-when it ends.
+when it ends; and version switches (``switch_version``: what a replica's engine serves, as
+the emulator's ``POST /versions/<replica>`` restarts it onto another). ``slow`` and
+``fail_fraction`` given a ``version`` stand for that version's build, as the emulator's
+version faults do: they act only while the replica serves it.
 
 Several routers (``routers=Routers(count=N)``, router/sim/routers.py) put N router cores, each
 with its own queue, strategy, learned capacity and health monitor, in front of the same
@@ -42,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from router.clock import ManualClock
-from router.config.schema import FleetConfig, StrategyConfig
+from router.config.schema import FleetConfig, ReplicaConfig, StrategyConfig
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.http.health import Ejection, HealthMonitor
 from router.imbalance import capacity_loads, imbalance_factor
@@ -68,6 +71,10 @@ class _Fault:
 
     dead: bool = False
     fail_fraction: float = 0.0
+    slow_factor: float = 1.0
+    of_version: str | None = None
+    """The version ``slow`` and ``fail_fraction`` were set for (they act only while the
+    replica serves it); None: for the card, whatever it serves."""
 
 
 @dataclass(slots=True)
@@ -188,6 +195,9 @@ class Simulation(CoreListener):
         self._calls: dict[int, Callable[[], None]] = {}
         self._faults = [_Fault() for _ in self.engines]
         self._base_costs: list[StepCost] = [e.cost for e in self.engines]
+        self.served: list[tuple[str, ...]] = [_first_served(r.config) for r in self.core.pool]
+        """What each replica's engine serves, as its ``/v1/models`` would list it: its version
+        first (the fleet file's, else its model), then the names it also answers to."""
         self._fault_rng = random.Random(seed + 1)
         pairs = zip(self.core.pool, self.engines, strict=True)
         self._longest = [_longest_request(r, e, catalog) for r, e in pairs]
@@ -207,7 +217,7 @@ class Simulation(CoreListener):
             self._dispatched[i] += req.cost
         fault = self._faults[i]
         if fault.dead or fault.fail_fraction:
-            failure = self._failure(fault)
+            failure = self._failure(i)
             if failure is not None:
                 self.at(self.clock.now + REFUSED_AFTER_S, lambda: self._attempt_failed(a, failure))
                 return
@@ -440,27 +450,57 @@ class Simulation(CoreListener):
 
     heal = revive
 
-    def slow(self, replica_id: str, factor: float) -> None:
-        """Every engine step of the replica takes ``factor`` times as long."""
+    def slow(self, replica_id: str, factor: float, version: str | None = None) -> None:
+        """Every engine step of the replica takes ``factor`` times as long; given a
+        ``version``, only while the replica serves it (its ``fail_fraction`` becomes that
+        version's too: one version a fault stands for, as the emulator's)."""
         if not factor > 0:
             raise ValueError(f"a slow-down factor must be > 0, got {factor}")
         i = self.core.replica(replica_id).index
+        self._faults[i].slow_factor = factor
+        self._faults[i].of_version = version
+        self._set_cost(i)
+
+    def fail_fraction(self, replica_id: str, fraction: float, version: str | None = None) -> None:
+        """The replica answers 500 to ``fraction`` of the attempts sent to it; given a
+        ``version``, only while it serves it (its ``slow`` becomes that version's too)."""
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"a failing fraction must be between 0 and 1, got {fraction}")
+        i = self.core.replica(replica_id).index
+        self._faults[i].fail_fraction = fraction
+        self._faults[i].of_version = version
+        self._set_cost(i)
+
+    def switch_version(self, replica_id: str, version: str, aliases: tuple[str, ...] = ()) -> None:
+        """The replica's engine now serves ``version`` (and ``aliases``), as the emulator's
+        version switch leaves it once loaded; faults set for a version follow what it serves.
+        Taking it out of service meanwhile is the caller's (a rollout drains it first)."""
+        i = self.core.replica(replica_id).index
+        self.served[i] = tuple(dict.fromkeys((version, *aliases)))
+        self._set_cost(i)
+
+    def _version_faults_apply(self, i: int) -> bool:
+        of = self._faults[i].of_version
+        return of is None or of == self.served[i][0]
+
+    def _set_cost(self, i: int) -> None:
         base = self._base_costs[i]
+        factor = self._faults[i].slow_factor if self._version_faults_apply(i) else 1.0
+        if factor == 1:
+            self.engines[i].cost = base
+            return
 
         def slowed(prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
             return factor * base(prefill_tokens, decode_seqs, decode_context_tokens)
 
-        self.engines[i].cost = slowed if factor != 1 else base
+        self.engines[i].cost = slowed
 
-    def fail_fraction(self, replica_id: str, fraction: float) -> None:
-        """The replica answers 500 to ``fraction`` of the attempts sent to it."""
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"a failing fraction must be between 0 and 1, got {fraction}")
-        self._faults[self.core.replica(replica_id).index].fail_fraction = fraction
-
-    def _failure(self, fault: _Fault) -> str | None:
+    def _failure(self, i: int) -> str | None:
+        fault = self._faults[i]
         if fault.dead:
             return "connection refused (replica killed)"
+        if not self._version_faults_apply(i):
+            return None
         if self._fault_rng.random() < fault.fail_fraction:
             return "answered 500 (injected failure)"
         return None
@@ -553,6 +593,13 @@ class Simulation(CoreListener):
             busy_fraction=min(1.0, engine.busy_seconds / self._duration),
             preemptions=engine.preemptions,
         )
+
+
+def _first_served(config: ReplicaConfig) -> tuple[str, ...]:
+    """What a replica's engine lists at the start, as the emulator does: the fleet file's
+    ``version`` (else its ``model``) first, then the ``model`` as an alias."""
+    version = config.version or config.model
+    return (version,) if version == config.model else (version, config.model)
 
 
 def _longest_request(replica: Replica, engine: Engine, catalog: ProfileCatalog) -> int:
