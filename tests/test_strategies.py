@@ -736,3 +736,29 @@ def test_requests_are_unchanged_by_picking() -> None:
         s.pick(req, 0.0)
         assert req.avoid == set()
         assert all(r.in_flight == 0 for r in pool)
+
+
+def test_sed_counts_only_the_slots_its_own_requests_free_when_peers_share_a_replica() -> None:
+    """Behind several routers, a slot another router's request frees shows only at that
+    router's next report: this router's turn at a full fast card comes from its own requests
+    there, not from every request the peers run on it."""
+    pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+    s = attach("shortest-expected-delay", pool, COMPLETION_ONLY)
+    fast, slow = pool.replicas
+    dispatch(pool, fast, request(0, 400))
+    # One peer reported two requests there (cost 800 in all): three in flight against a
+    # batch of 2 and one request of slack per peer, so it is full; backlog 1200 / 8 = 150.
+    fast.peers, fast.peer_offset, fast.peer_cost_offset = 1, 1, 400.0
+    pool.changed(fast)
+    assert fast.in_flight == 3
+    assert not fast.has_slot
+    req = request(0, 300)
+    # Its own one request frees a slot in 150 s, not every 50 s as three would: 150 + 150
+    # + 300 / 8 = 337.5 against the slow card's free slot, 0 + 300 / 1 = 300.
+    assert s.pick(req, 0.0) is slow
+    fast.peers = fast.peer_offset = 0
+    fast.peer_cost_offset = 0.0
+    pool.changed(fast)
+    dispatch(pool, fast, request(0, 400))  # the same load, all of it this router's own
+    dispatch(pool, fast, request(0, 400))
+    assert s.pick(req, 0.0) is None  # 150 + 50 + 37.5 = 237.5 < 300: it waits

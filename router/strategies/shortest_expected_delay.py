@@ -54,6 +54,13 @@ def _backlog(r: Replica) -> float:
     return r.outstanding_cost / r.speed
 
 
+def _seen(r: Replica) -> int:
+    """Requests on ``r`` whose end this router sees when it happens: its own and its sibling
+    workers'. A slot another router's request frees shows only at that router's next report
+    (router/peer_load.py), so it is not a slot this router's queue can count on."""
+    return r.in_flight - r.peer_in_flight
+
+
 def _better(
     best: Replica | None, best_score: float, r: Replica, cost: float
 ) -> tuple[Replica | None, float]:
@@ -167,8 +174,11 @@ class ShortestExpectedDelay(Strategy):
         slow card's free slot, whose engine would only queue it behind a full KV cache.
 
         The wait is the request's turn: the full replicas free slots at about
-        ``in_flight / backlog`` each per second, and the requests ahead of it in the queue
-        take the first ones. Counting only the first slot to free would keep a whole queue
+        ``in_flight / backlog`` each per second, counting only the requests whose end this
+        router sees at once (``_seen``: behind several routers, a peer's freed slot shows at
+        its next report, and each router counting every slot queued N times the requests
+        the slots could take), and the requests ahead of it in the queue take the first
+        ones. Counting only the first slot to free would keep a whole queue
         waiting for one card through a burst while others had room. It weighs
         ``wait_weight`` times a second of service (the module docstring says why)."""
         cost = request.cost
@@ -178,10 +188,10 @@ class ShortestExpectedDelay(Strategy):
             for r in group.full.values()
             if r.fits(request) and r.index not in request.avoid
         ]
-        freeing = sum(r.in_flight / _backlog(r) for r in full if r.outstanding_cost > 0)
+        freeing = sum(_seen(r) / _backlog(r) for r in full if r.outstanding_cost > 0)
         turn = (request.waiting_ahead + 1) / freeing if freeing > 0 else math.inf
         for r in full:
-            wait = max(_backlog(r) / max(r.in_flight, 1), turn)
+            wait = max(_backlog(r) / max(_seen(r), 1), turn)
             if _backlog(r) + self.wait_weight * wait + cost / r.speed < best_score:
                 return True
         return False
