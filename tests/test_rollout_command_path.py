@@ -39,7 +39,8 @@ class Published:
         await asyncio.sleep(0)
         if self.fail is not None:
             raise self.fail("the broker is gone")
-        return Applied(self.control.apply(command, actor=f"mqtt:{actor}"))
+        event = self.control.apply(command, actor=f"mqtt:{actor}")
+        return Applied(event, {"router-a": event.ok})
 
 
 async def test_on_a_router_alone_a_command_is_applied_at_once() -> None:
@@ -82,12 +83,28 @@ async def test_a_command_the_path_cannot_deliver_is_a_refusal_in_the_trail() -> 
     path.apply = published
     event = await path.run(Drain("r1"), "rollout")
     assert not event.ok
-    assert event.message == "drain not applied: the broker is gone"
+    assert event.message == "drain not given to every router: the broker is gone"
     assert core.replica("r1").state is ReplicaState.ACTIVE
     assert control.audit[-1].message == event.message
     published.fail = TimeoutError
     late = await path.run(Drain("r1"), "rollout")
     assert "did not come back from the broker in time" in late.message
+
+
+async def test_a_command_applied_here_alone_while_the_link_is_down_stops_a_rollout() -> None:
+    """The operator's path applies a command on this router alone when the control link is
+    down (and says so in the log); the rollout's is a refusal then: nobody else drained."""
+    control, core = _surface()
+    path = CommandPath(control)
+
+    async def link_down(command: Command, actor: str) -> Applied:
+        return Applied(control.apply(command, actor=actor))  # routers None: not published
+
+    path.apply = link_down
+    event = await path.run(Drain("r2"), "rollout")
+    assert not event.ok
+    assert "applied on this router alone (the control link is down)" in event.message
+    assert core.replica("r2").state is not ReplicaState.ACTIVE  # here it was
 
 
 async def test_a_drained_replica_is_updated_only_once_a_sibling_worker_has_no_request_on_it() -> (

@@ -13,7 +13,9 @@ gets them back as it gets the operator's.
 Commands sent through one path are applied one at a time, in the order given: a canary's share
 set from synchronous code (:meth:`send`) cannot overtake a drain awaited before it
 (:meth:`run`). A command the path could not deliver (the broker did not bring it back in
-time, the supervisor did not answer) is a refusal in the audit trail, never an exception.
+time, the supervisor did not answer) is a refusal in the audit trail, never an exception; so
+is one the control link, being down, applied on this router alone: a rollout stops on it
+(readmitting what it drained) rather than update a replica the others still send to.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class CommandPath:
         ``apply``); None: on this router alone, at once."""
         self._queue: deque[tuple[Command, str, asyncio.Future[Event]]] = deque()
         self._last: asyncio.Future[Event] | None = None
+        self._current: asyncio.Future[Event] | None = None
+        """The waiter of the command being applied now."""
         self._task: asyncio.Task[None] | None = None
 
     def send(self, command: Command, actor: str) -> None:
@@ -70,8 +74,7 @@ class CommandPath:
         """Until every command sent so far has been applied here (or refused)."""
         last = self._last
         if last is not None and not last.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(last)
+            await asyncio.wait([last])  # cancelled or not, it is settled
 
     async def close(self) -> None:
         """Stop applying (the router is stopping); commands still queued are dropped."""
@@ -80,6 +83,8 @@ class CommandPath:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._current is not None:
+            self._current.cancel()
         while self._queue:
             self._queue.popleft()[2].cancel()
 
@@ -95,22 +100,31 @@ class CommandPath:
     async def _apply_queued(self) -> None:
         while self._queue:
             command, actor, done = self._queue.popleft()
+            self._current = done
             event = await self._apply_one(command, actor)
             if not done.done():  # its waiter may have been cancelled (the rollout stopped)
                 done.set_result(event)
+            self._current = None
 
     async def _apply_one(self, command: Command, actor: str) -> Event:
         apply = self.apply
         try:
             if apply is None:  # set back to this router alone meanwhile
                 return self.control.apply(command, actor=actor)
-            return (await apply(command, actor)).event
+            applied = await apply(command, actor)
+            if applied.routers is not None or not applied.event.ok:
+                return applied.event
+            # The control link is down: the operator's path applied it here and told nobody.
+            # A rollout must not go on as if the others held its drain.
+            why = "applied on this router alone (the control link is down): no other was told"
         except TimeoutError:
             why = "it was published but did not come back from the broker in time"
-        except (GpuRouterError, OSError) as exc:
-            why = str(exc) or type(exc).__name__
+        except GpuRouterError as exc:
+            why = str(exc)
+        except Exception as exc:  # a lost connection mid-publish: never a rollout left waiting
+            why = f"{type(exc).__name__}: {exc}"
         name, args = command_name(command), command_args(command)
-        message = f"{name} not applied: {why}"
+        message = f"{name} not given to every router: {why}"
         log.warning("%s (actor %s)", message, actor)
         self.control.note(actor, name, args, False, message)
         return Event(0, self.control.wall_clock(), actor, name, args, False, message)
