@@ -105,8 +105,9 @@ async def _serve(server: RouterServer, feeds: RouterFeeds | None, out: TextIO) -
         else:
             await feeds.start()
             out.write("".join(f"{note}\n" for note in feeds.notes))
-            # A command given here is published as desired state: every router applies it.
-            server.admin.apply = feeds.apply
+            # A command given here, and a rollout's, is published as desired state: every
+            # router applies it.
+            server.route_commands(feeds.apply)
         out.flush()
 
     try:

@@ -31,6 +31,7 @@ from router.core import CoreListener, RouterCore
 from router.errors import ControlError
 from router.operator_values import batch_size_problem, non_finite, weight_problem
 from router.replica import Replica, ReplicaState
+from router.rollout.split import TrafficSplit
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,35 @@ class Readmit:
     replica: str
 
 
-Command = SetStrategy | SetWeight | SetBatchSize | Drain | Undrain | Preempt | Eject | Readmit
+@dataclass(frozen=True, slots=True)
+class SetSplit:
+    """Send ``share`` (0..1) of the requests for ``model`` to the replicas of version ``new``,
+    the rest to those of ``old`` (router/rollout/split.py): what a canary's step or a
+    blue-green switch sets, published like any command so that every router applies it."""
+
+    model: str
+    old: str
+    new: str
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class EndSplit:
+    """End the traffic split: requests are routed by the name they give alone."""
+
+
+Command = (
+    SetStrategy
+    | SetWeight
+    | SetBatchSize
+    | Drain
+    | Undrain
+    | Preempt
+    | Eject
+    | Readmit
+    | SetSplit
+    | EndSplit
+)
 
 COMMANDS: dict[str, type[Command]] = {
     "strategy": SetStrategy,
@@ -104,6 +133,8 @@ COMMANDS: dict[str, type[Command]] = {
     "preempt": Preempt,
     "eject": Eject,
     "readmit": Readmit,
+    "split": SetSplit,
+    "unsplit": EndSplit,
 }
 _NAMES = {cls: name for name, cls in COMMANDS.items()}
 
@@ -189,6 +220,11 @@ def check_values(command: Command) -> None:
             problem = batch_size_problem(size)
         case SetStrategy(name, params) if non_finite(params):
             problem = f"strategy {name}: parameters must be finite numbers, not NaN or infinity"
+        case SetSplit(_, old, new, share):
+            if not 0.0 <= share <= 1.0:  # NaN fails this too
+                problem = f"split: share must be within 0..1, not {share!r}"
+            elif old == new:
+                problem = f"split: needs two versions, got {old!r} twice"
     if problem is not None:
         raise ControlError(problem)
 
@@ -202,6 +238,10 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "weight": (_NUMBER, True),
     "size": ((int,), True),
     "include_high": ((bool,), False),
+    "model": ((str,), False),
+    "old": ((str,), False),
+    "new": ((str,), False),
+    "share": (_NUMBER, False),
 }
 
 
@@ -321,6 +361,12 @@ class ControlSurface(CoreListener):
                 return core.eject(replica, reason)
             case Readmit(replica):
                 return core.readmit(replica, reason)
+            case SetSplit(model, old, new, share):
+                core.set_split(TrafficSplit(model, old, new, float(share)))
+                return f"split: {share:.0%} of {model} to {new}, the rest to {old}"
+            case EndSplit():
+                core.set_split(None)
+                return "split ended: requests go by the name they give"
         raise ControlError(f"unsupported command {command!r}")
 
     def _record(

@@ -41,6 +41,8 @@ def test_every_command_kind_parses_from_a_mapping() -> None:
         "preempt": {"replica": "r0", "include_high": True},
         "eject": {"replica": "r0"},
         "readmit": {"replica": "r0"},
+        "split": {"model": "m", "old": "m", "new": "m-v2", "share": 0.25},
+        "unsplit": {},
     }
     assert set(samples) == set(COMMANDS)
     for name, args in samples.items():
@@ -83,6 +85,12 @@ ABSURD = [
         {"command": "strategy", "name": "affinity", "params": {"x": [float("-inf")]}},
         "finite numbers",
     ),
+    ({"command": "split", "model": "m", "old": "m", "new": "v2", "share": 1.5}, "within 0..1"),
+    (
+        {"command": "split", "model": "m", "old": "m", "new": "v2", "share": float("nan")},
+        "within 0..1",
+    ),
+    ({"command": "split", "model": "m", "old": "m", "new": "m", "share": 0.5}, "two versions"),
 ]
 
 
@@ -130,6 +138,24 @@ def test_an_applied_command_changes_the_core_and_is_audited() -> None:
         "r1: weight set to 7",
     )
     assert list(control.audit) == [event]
+
+
+def test_a_split_is_a_command_set_and_ended_through_the_surface() -> None:
+    """A canary's share travels as a command (so every router applies it): the core's split
+    is set, then ended, each audited."""
+    control, core, _ = surface()
+    split = parse_command(
+        {"command": "split", "model": "m", "old": "m", "new": "m-v2", "share": 0.25}
+    )
+    event = control.apply(split, actor="rollout")
+    assert event.ok, event.message
+    assert event.message == "split: 25% of m to m-v2, the rest to m"
+    assert core.split is not None
+    assert core.split.to_dict() == {"model": "m", "old": "m", "new": "m-v2", "share": 0.25}
+    ended = control.apply(parse_command({"command": "unsplit"}), actor="rollout")
+    assert ended.ok
+    assert core.split is None
+    assert [e.kind for e in control.audit] == ["split", "unsplit"]
 
 
 def test_a_refused_command_is_audited_as_failed_and_changes_nothing() -> None:

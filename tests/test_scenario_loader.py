@@ -103,7 +103,7 @@ checks:
         "5: workload.phases[1].duration: must be > 0, got -1",
         "7: actions[0].replica: unknown replica 'a100_0'; did you mean 'a100-0'?",
         "8: actions[1]: unknown command 'dance'; known: strategy, weight, batch, drain, "
-        "undrain, preempt, eject, readmit",
+        "undrain, preempt, eject, readmit, split, unsplit",
         "9: actions[2].factor: slow needs a factor (> 0)",
         "10: actions[3].name: unknown strategy 'round-robbin'; known: affinity, capacity-aware, "
         "least-connections, least-outstanding-tokens, p2c-peak-ewma, random, round-robin, "

@@ -42,6 +42,7 @@ from router.http.proxy import Proxy
 from router.http.responses import ADMIN_CONNECTION_ROUTE, CONNECTION_ROUTE
 from router.http.served_models import ServedModels
 from router.http.upstream import Upstream
+from router.rollout.command_path import Apply
 from router.rollout.manager import RolloutManager
 from router.telemetry.engine_metrics import EngineMetricsPoller
 from router.telemetry.status import TelemetryStatus
@@ -130,6 +131,13 @@ class RouterServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._addresses: list[str] = []
         self._stopped: asyncio.Event | None = None
+
+    def route_commands(self, apply: Apply) -> None:
+        """Give every command given to this router through ``apply`` from now on: the admin
+        API's, and its rollouts' and splits' drains, undrains and splits (``gpurouter serve``
+        passes its control link's, which publishes them as the cluster's desired state)."""
+        self.admin.apply = apply
+        self.rollouts.path.apply = apply
 
     @staticmethod
     def check_admin_address(fleet: FleetConfig, address: str | None, token: str | None) -> None:

@@ -11,6 +11,8 @@
 - ``canary``: a canary's steps, automatic rollback and promotion, through the executor.
 - ``blue_green``: the fleet file's green set, switched in, drained out, released.
 - ``splits``: one router's canary or blue-green split, as the admin API steers it.
+- ``command_path``: how a rollout's drains, undrains and splits reach the routers: the way
+  an operator's command is given to the router that runs it (docs/decisions/0007).
 
 docs/rollouts.md describes what exists and what does not yet. The package's modules are
 imported by name (``router.rollout.plan``); this one imports nothing, so the configuration

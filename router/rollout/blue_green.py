@@ -20,10 +20,11 @@ import itertools
 from enum import StrEnum
 from typing import Any
 
-from router.control import ControlSurface, Drain, Undrain
+from router.control import ControlSurface, Drain, EndSplit, SetSplit, Undrain
 from router.core import CoreListener, RouterCore
 from router.errors import RolloutError
 from router.replica import Replica, ReplicaState
+from router.rollout.command_path import CommandPath
 from router.rollout.split import TrafficSplit
 
 __all__ = ["BlueGreen", "BlueGreenPhase"]
@@ -41,10 +42,21 @@ class BlueGreenPhase(StrEnum):
 
 
 class BlueGreen(CoreListener):
-    def __init__(self, core: RouterCore, control: ControlSurface, green: str) -> None:
-        """RolloutError when no replica runs ``green`` or they serve several models."""
+    def __init__(
+        self,
+        core: RouterCore,
+        control: ControlSurface,
+        green: str,
+        path: CommandPath | None = None,
+    ) -> None:
+        """RolloutError when no replica runs ``green`` or they serve several models.
+        ``path``: how a switch's split, drains and undrains are given (the manager's,
+        router/rollout/command_path.py); by default on this router alone. The split at 0%
+        that holds green out from the start is set here, on this router: every router and
+        worker sets it from its own fleet file."""
         self.core = core
         self.control = control
+        self.path = path if path is not None else CommandPath(control)
         self.id = f"blue-green-{next(_ids)}"
         self.green = green
         greens = [r for r in core.pool if r.version == green]
@@ -61,7 +73,7 @@ class BlueGreen(CoreListener):
         self.phase = BlueGreenPhase.BLUE
         self.emptied = False
         """The blue set has held nothing since the last switch (told once)."""
-        self._split(0.0)
+        core.set_split(self._traffic(0.0))
         core.listeners.append(self)
 
     def switch(self, actor: str) -> None:
@@ -77,7 +89,7 @@ class BlueGreen(CoreListener):
         self._note(actor, "switch", message)
         for rid in self.blue_ids:
             if self.core.replica(rid).state is ReplicaState.ACTIVE:
-                self.control.apply(Drain(rid), actor=ACTOR)
+                self.path.send(Drain(rid), ACTOR)
         self._check_empty()
 
     def switch_back(self, actor: str) -> None:
@@ -86,7 +98,7 @@ class BlueGreen(CoreListener):
         self.phase = BlueGreenPhase.BLUE
         for rid in self.blue_ids:
             if self.core.replica(rid).state in (ReplicaState.DRAINING, ReplicaState.DRAINED):
-                self.control.apply(Undrain(rid), actor=ACTOR)
+                self.path.send(Undrain(rid), ACTOR)
         self._split(0.0)
         self._note(actor, "switch back", f"{self.id}: {self.model} back to {self.blue}")
 
@@ -97,7 +109,7 @@ class BlueGreen(CoreListener):
         if held:
             raise RolloutError(f"the blue set still holds {held} requests; release it when empty")
         self.phase = BlueGreenPhase.RELEASED
-        self.core.set_split(None)
+        self.path.send(EndSplit(), ACTOR)
         self.close()
         blues = ", ".join(self.blue_ids)
         self._note(actor, "release", f"{self.id}: {blues} released; {self.green} serves it all")
@@ -121,6 +133,8 @@ class BlueGreen(CoreListener):
                 for rid in ids
             }
 
+        if self.phase is BlueGreenPhase.SWITCHED:
+            self._check_empty()  # the blue set's last requests may have been another worker's
         split = self.core.split
         return {
             "id": self.id,
@@ -150,7 +164,10 @@ class BlueGreen(CoreListener):
             self._note(ACTOR, "blue empty", message)
 
     def _split(self, share: float) -> None:
-        self.core.set_split(TrafficSplit(self.model, self.blue, self.green, share))
+        self.path.send(SetSplit(self.model, self.blue, self.green, share), ACTOR)
+
+    def _traffic(self, share: float) -> TrafficSplit:
+        return TrafficSplit(self.model, self.blue, self.green, share)
 
     def _note(self, actor: str, step: str, message: str) -> None:
         args = {"blue_green": self.id, "step": step, "version": self.green}

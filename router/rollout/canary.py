@@ -31,9 +31,10 @@ from typing import Any
 
 from router.clock import Clock, monotonic
 from router.config.schema import CanaryConfig
-from router.control import ControlSurface
+from router.control import ControlSurface, EndSplit, SetSplit
 from router.core import Assignment, CoreListener, RouterCore
 from router.errors import RolloutError
+from router.rollout.command_path import CommandPath
 from router.rollout.executor import Phase as RolloutPhase
 from router.rollout.executor import Rollout, RolloutSpec
 from router.rollout.judge import Judge, Verdict
@@ -97,10 +98,15 @@ class Canary(CoreListener):
         actor: str = "operator",
         clock: Clock = monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        path: CommandPath | None = None,
     ) -> None:
+        """``path``: how its split is set (the manager's, router/rollout/command_path.py:
+        where the router publishes commands, every router and worker applies it); by
+        default on this router alone."""
         self.spec = spec
         self.core = core
         self.control = control
+        self.path = path if path is not None else CommandPath(control)
         self.start_rollout = start_rollout
         self.actor = actor
         self.clock = clock
@@ -121,6 +127,8 @@ class Canary(CoreListener):
         self.rollout: Rollout | None = None
         """The rollout that moved the canary replicas (its rollback moves them back)."""
         self._moved = asyncio.Event()
+        self._sent: TrafficSplit | None = None
+        """The split this canary last set (None: none, or ended)."""
         self._task: asyncio.Task[None] | None = None
 
     # ---- the operator's words ---------------------------------------------------------------
@@ -354,8 +362,8 @@ class Canary(CoreListener):
         ]
 
     def _set_share(self, share: float, actor: str | None) -> None:
-        split = self.core.split
-        if split is not None and split.new == self.spec.new and split.share == share:
+        split = self._sent
+        if split is not None and split.share == share:
             return  # already there (an abort, then its rollback): no second event
         self.share = share
         s = self.spec
@@ -365,7 +373,12 @@ class Canary(CoreListener):
             self._note(actor or ACTOR, "share", True, message, share=share)
 
     def _set_split(self, split: TrafficSplit | None) -> None:
-        self.core.set_split(split)
+        """Set (or end) the split the way an operator's command is given here."""
+        self._sent = split
+        if split is None:
+            self.path.send(EndSplit(), ACTOR)
+        else:
+            self.path.send(SetSplit(split.model, split.old, split.new, split.share), ACTOR)
 
     async def _stop_task(self) -> None:
         task = self._task

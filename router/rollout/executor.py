@@ -1,11 +1,14 @@
 """The rollout executor: one asyncio task that runs a plan of waves on a live router.
 
-For each wave: drain its replicas (the control surface's ``drain``, so the trail shows it
-like an operator's), wait until nothing is in flight on them (past ``drain_timeout_s`` the
-operator's choice applies: ``preempt`` frees them now, ``wait`` waits on), run the updater on
-each, wait until each serves the new version (its ``/v1/models`` names it and a one-token
-generation succeeds, router/rollout/probe.py), tell the router what it now serves, and
-undrain it. Every step is an audit event of kind ``rollout``.
+For each wave: drain its replicas (the control surface's ``drain``, given the way an
+operator's command is given here, router/rollout/command_path.py: the trail shows it like an
+operator's, and where the router publishes commands every router and worker applies it),
+wait until nothing is in flight on them (here, in the sibling workers' load table and in the
+other routers' last reports; past ``drain_timeout_s`` the operator's choice applies:
+``preempt`` frees them now, ``wait`` waits on), run the updater on each, wait until each
+serves the new version (its ``/v1/models`` names it and a one-token generation succeeds,
+router/rollout/probe.py), tell the router what it now serves, and undrain it. Every step is
+an audit event of kind ``rollout``.
 
 - **pause** takes effect between waves, when every replica of the last wave is back in
   service; **resume** goes on with the next.
@@ -42,6 +45,7 @@ from router.control import ControlSurface, Drain, Preempt, Undrain
 from router.core import CoreListener, RouterCore
 from router.errors import RolloutError
 from router.replica import Replica, ReplicaState
+from router.rollout.command_path import CommandPath
 from router.rollout.plan import Member, Order, Plan, plan_waves
 from router.rollout.probe import ServingProbe
 from router.rollout.updaters import Target, Updater, UpdateResult
@@ -52,6 +56,9 @@ ACTOR = "rollout"
 """The actor of the steps the executor takes itself."""
 _OUTPUT_IN_EVENT = 400
 """Characters of an updater's output an audit event carries (its tail)."""
+_OTHERS_POLL_S = 0.05
+"""How often a drained replica is looked at again while requests of other workers or routers
+still run there (nothing tells this router when those end; the load table is read as often)."""
 _ids = itertools.count(1)
 
 
@@ -178,14 +185,17 @@ class Rollout(CoreListener):
         learn: Callable[[Replica, tuple[str, ...]], object] | None = None,
         clock: Clock = monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        path: CommandPath | None = None,
     ) -> None:
         """RolloutError (PlanError) when the plan cannot be made: a replica out of service,
         the floor out of reach. ``learn``: told what a replica serves once verified, before it
         is readmitted (the server passes ``ServedModels.learn``, so that no request for the
-        old name is sent to it); ``actor``: who started it."""
+        old name is sent to it); ``actor``: who started it; ``path``: how its drains and
+        readmissions are given (the manager's; by default applied on this router alone)."""
         self.spec = spec
         self.core = core
         self.control = control
+        self.path = path if path is not None else CommandPath(control)
         self.probe = probe
         self.actor = actor
         self.learn = learn
@@ -330,7 +340,7 @@ class Rollout(CoreListener):
             self.error = f"{type(exc).__name__}: {exc}"
             self.phase = Phase.ROLLBACK_FAILED if self.phase is Phase.ROLLING_BACK else Phase.FAILED
             self._note(ACTOR, "stopped", False, f"{self.id}: stopped on an error: {self.error}")
-            self._undrain(self._drained_unchanged(), "stopped on an error")
+            await self._undrain(self._drained_unchanged(), "stopped on an error")
         finally:
             with contextlib.suppress(ValueError):
                 self.core.listeners.remove(self)
@@ -378,45 +388,61 @@ class Rollout(CoreListener):
         for rid in to_drain:
             self.steps[rid] = Step.DRAINING
             self.waited_for += self.core.replica(rid).in_flight
-            event = self.control.apply(Drain(rid), actor=ACTOR)
+            event = await self.path.run(Drain(rid), ACTOR)
             if not event.ok:
                 self.error = event.message
-                self._undrain(self._drained_unchanged(), "its wave could not be drained")
+                await self._undrain(self._drained_unchanged(), "its wave could not be drained")
                 return False
         if not await self._drained(ids):
-            self._undrain(self._drained_unchanged(), "the rollout was aborted")
+            await self._undrain(self._drained_unchanged(), "the rollout was aborted")
             return True
         outcomes = await asyncio.gather(
             *(self._update(rid, version or self.old[rid]) for rid in ids)
         )
         for rid, ok in zip(ids, outcomes, strict=True):
             if ok:
-                self._readmit(rid, done)
+                await self._readmit(rid, done)
             else:
                 await self._recover(rid, version or self.old[rid])
         return all(outcomes)
 
     async def _drained(self, ids: Sequence[str]) -> bool:
-        """Wait until none of ``ids`` holds a request; False if the rollout was aborted."""
+        """Wait until none of ``ids`` holds a request, this router's or another worker's or
+        router's; False if the rollout was aborted."""
         deadline = self.clock() + self.spec.drain_timeout_s
-        while any(self.core.replica(r).state is ReplicaState.DRAINING for r in ids):
+        while held := self._held(ids):
             if self._aborting.is_set():
                 return False
             left = deadline - self.clock()
             if left <= 0:
-                self._drain_deadline(ids)
+                await self._drain_deadline(ids)
                 deadline = math.inf
                 continue
             self._changed.clear()
             waits = [asyncio.ensure_future(e.wait()) for e in (self._changed, self._aborting)]
             timeout = None if math.isinf(left) else left
+            if any(self.core.replica(r).state is not ReplicaState.DRAINING for r in held):
+                # Drained here, not elsewhere: no event says when the others' requests end.
+                timeout = _OTHERS_POLL_S if timeout is None else min(timeout, _OTHERS_POLL_S)
             _, pending = await asyncio.wait(waits, timeout=timeout, return_when="FIRST_COMPLETED")
             for w in pending:
                 w.cancel()
         return True
 
-    def _drain_deadline(self, ids: Iterable[str]) -> None:
-        draining = [r for r in ids if self.core.replica(r).state is ReplicaState.DRAINING]
+    def _held(self, ids: Iterable[str]) -> list[str]:
+        """Those of ``ids`` still draining here, or out of service here with requests of
+        sibling workers (the load table) or other routers (their last reports) on them."""
+        held = []
+        for rid in ids:
+            r = self.core.replica(rid)
+            if r.state is ReplicaState.DRAINING or (
+                r.state is not ReplicaState.ACTIVE and r.in_flight > 0
+            ):
+                held.append(rid)
+        return held
+
+    async def _drain_deadline(self, ids: Iterable[str]) -> None:
+        draining = self._held(ids)
         held = sum(self.core.replica(r).in_flight for r in draining)
         choice = self.spec.on_drain_timeout
         then = "waiting on" if choice == "wait" else "preempting"
@@ -426,7 +452,7 @@ class Rollout(CoreListener):
             return
         for rid in draining:
             self.requests_moved += self.core.replica(rid).in_flight
-            self.control.apply(Preempt(rid, include_high=True), actor=ACTOR)
+            await self.path.run(Preempt(rid, include_high=True), ACTOR)
 
     async def _update(self, rid: str, version: str) -> bool:
         """Run the updater on ``rid`` and wait until it serves ``version``."""
@@ -473,27 +499,27 @@ class Rollout(CoreListener):
             ACTOR, "update failed", False, self.error or f"{rid}: update failed", replica=rid
         )
         if before != wanted and await self._serving(rid, before, 0.0) is None:
-            self._readmit(rid, Step.KEPT if before == self.old[rid] else Step.UPDATED)
+            await self._readmit(rid, Step.KEPT if before == self.old[rid] else Step.UPDATED)
             return
         self.steps[rid] = Step.FLAGGED
         message = f"{rid}: left drained: it serves neither {wanted} nor {before}"
         self._note(ACTOR, "flagged", False, message, replica=rid)
 
-    def _readmit(self, rid: str, step: Step) -> None:
+    async def _readmit(self, rid: str, step: Step) -> None:
         self.steps[rid] = step
         if self.core.replica(rid).state in (ReplicaState.DRAINING, ReplicaState.DRAINED):
-            self.control.apply(Undrain(rid), actor=ACTOR)
+            await self.path.run(Undrain(rid), ACTOR)
 
     def _drained_unchanged(self) -> list[str]:
         return [r for r, s in self.steps.items() if s is Step.DRAINING]
 
-    def _undrain(self, ids: Iterable[str], why: str) -> None:
+    async def _undrain(self, ids: Iterable[str], why: str) -> None:
         for rid in ids:
             self._note(
                 ACTOR, "readmit", True, f"{rid}: back in service unchanged ({why})", replica=rid
             )
             self.steps[rid] = Step.KEPT if self.versions[rid] == self.old[rid] else Step.UPDATED
-            self._readmit(rid, self.steps[rid])
+            await self._readmit(rid, self.steps[rid])
 
     # ---- the trail --------------------------------------------------------------------------
 

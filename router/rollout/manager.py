@@ -32,6 +32,7 @@ from router.control import ControlSurface
 from router.core import RouterCore
 from router.errors import GpuRouterError, RolloutError
 from router.replica import Replica
+from router.rollout.command_path import CommandPath
 from router.rollout.executor import Phase, Rollout, RolloutSpec
 from router.rollout.meter import RolloutMeter
 from router.rollout.plan import Order
@@ -77,7 +78,11 @@ class RolloutManager:
         self._predicting: asyncio.Task[None] | None = None
         self._pool: ProcessPoolExecutor | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.splits = Splits(core, control, self.run, self.going)
+        self.path = CommandPath(control)
+        """How its rollouts' and splits' drains, undrains and splits are given: on this router
+        alone, unless the server sets ``path.apply`` to the way it gives an operator's command
+        (published to the cluster, or to every worker of the service)."""
+        self.splits = Splits(core, control, self.run, self.going, self.path)
         """The canary or blue-green traffic split (``/admin/split``)."""
 
     def going(self) -> bool:
@@ -122,7 +127,13 @@ class RolloutManager:
         canary's rollouts come here too, so ``ctl rollout status`` follows them);
         RolloutError when it cannot be planned."""
         rollout = Rollout(
-            spec, self.core, self.control, self._probe(), actor=actor, learn=self.learn
+            spec,
+            self.core,
+            self.control,
+            self._probe(),
+            actor=actor,
+            learn=self.learn,
+            path=self.path,
         )
         self.current = rollout
         self.prediction, self.prediction_error = None, None
@@ -201,6 +212,7 @@ class RolloutManager:
         await self.splits.close()
         if self.current is not None:
             await self.current.cancel()
+        await self.path.close()
         if self._predicting is not None:
             await asyncio.gather(self._predicting, return_exceptions=True)
         if self._pool is not None:

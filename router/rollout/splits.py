@@ -18,6 +18,7 @@ from router.core import RouterCore
 from router.errors import RolloutError
 from router.rollout.blue_green import BlueGreen, BlueGreenPhase
 from router.rollout.canary import Canary, CanaryPhase, CanarySpec, StartRollout
+from router.rollout.command_path import CommandPath
 from router.rollout.executor import RolloutSpec
 from router.rollout.updaters import build_updater
 
@@ -34,17 +35,21 @@ class Splits:
         control: ControlSurface,
         start_rollout: StartRollout,
         rollout_going: Callable[[], bool],
+        path: CommandPath | None = None,
     ) -> None:
         """``start_rollout``: builds and starts a rollout (the manager's); ``rollout_going``:
-        whether a rollout of the whole fleet is under way (a canary waits for it)."""
+        whether a rollout of the whole fleet is under way (a canary waits for it); ``path``:
+        how a split, drain or undrain is given (the manager's; by default on this router
+        alone)."""
         self.core = core
         self.control = control
+        self.path = path if path is not None else CommandPath(control)
         self.start_rollout = start_rollout
         self.rollout_going = rollout_going
         self.canary: Canary | None = None
         """The canary going, or the last one."""
         green = core.fleet.rollout.green
-        self.blue_green = None if green is None else BlueGreen(core, control, green)
+        self.blue_green = None if green is None else BlueGreen(core, control, green, self.path)
         """The fleet file's blue-green set (``rollout.green``), if it declares one."""
 
     def status(self) -> dict[str, Any] | None:
@@ -55,7 +60,15 @@ class Splits:
         return None if self.blue_green is None else self.blue_green.status()
 
     async def act(self, action: str, body: Mapping[str, Any], actor: str) -> None:
-        """One of ``SPLIT_ACTIONS``; RolloutError when refused, ConfigError for a bad setting."""
+        """One of ``SPLIT_ACTIONS``; RolloutError when refused, ConfigError for a bad setting.
+        Returns once the split, drains and undrains it gave are applied here (where they are
+        published, once they came back), so that the state read next shows them."""
+        try:
+            await self._act(action, body, actor)
+        finally:
+            await self.path.settled()
+
+    async def _act(self, action: str, body: Mapping[str, Any], actor: str) -> None:
         match action:
             case "canary":
                 self.start_canary(body, actor)
@@ -101,7 +114,9 @@ class Splits:
             raise RolloutError("`manual` must be true or false")
         rules = config.canary
         spec = CanarySpec(model, old, version, replicas, rules, not manual, updater, rollout)
-        canary = Canary(spec, self.core, self.control, self.start_rollout, actor=actor)
+        canary = Canary(
+            spec, self.core, self.control, self.start_rollout, actor=actor, path=self.path
+        )
         self.canary = canary
         canary.start()
         return canary

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from router.config import load_fleet
 from router.config.schema import FleetConfig
-from router.control import Command, SetStrategy, parse_command
+from router.control import Command, EndSplit, SetSplit, SetStrategy, parse_command
 from router.errors import ConfigError, ControlError, Problem
 from router.replica import ReplicaState
 from router.request import Priority
@@ -510,6 +510,8 @@ def _command_ok(
         if message:
             r.problem(m.key_lines.get("name", m.line), _join(path, "name"), message)
         return message is None
+    if isinstance(command, SetSplit | EndSplit):
+        return True  # names versions, not a replica
     return _replica(r, m, path, fleet, required=True) is not None or fleet is None
 
 

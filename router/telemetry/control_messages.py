@@ -18,9 +18,11 @@ from router.control import (
     Command,
     Drain,
     Eject,
+    EndSplit,
     Preempt,
     Readmit,
     SetBatchSize,
+    SetSplit,
     SetStrategy,
     SetWeight,
     Undrain,
@@ -108,6 +110,8 @@ def slot_of(command: Command) -> str:
             return f"service/{check_level(replica, 'replica id')}"
         case Eject(replica) | Readmit(replica):
             return f"eject/{check_level(replica, 'replica id')}"
+        case SetSplit() | EndSplit():
+            return "split"
     raise ControlError(f"no slot for {command!r}")
 
 

@@ -12,6 +12,7 @@ slot                       commands
 ``batch/<replica>``        ``batch``
 ``service/<replica>``      ``drain``, ``undrain``, ``preempt``
 ``eject/<replica>``        ``eject``, ``readmit``
+``split``                  ``split``, ``unsplit`` (a canary's or blue-green switch's)
 =========================  ==============================================
 
 A message is ``{"v": 1, "version": N, "origin": "...", "ts": ..., "command": {...}}`` with
@@ -196,7 +197,7 @@ class ControlLink:
         self.last_state_error: str | None = None
         self.connected = False
         self._saved: dict[str, dict[str, Any]] = {}
-        self._max_slots = 1 + 4 * len(self.core.pool) + _SPARE_SLOTS
+        self._max_slots = 2 + 4 * len(self.core.pool) + _SPARE_SLOTS
         self._events: deque[Event] = deque(maxlen=_EVENTS_KEPT)
         self._events_ready = asyncio.Event()
         self._unsubscribe: Callable[[], None] | None = None

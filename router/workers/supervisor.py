@@ -11,7 +11,12 @@ or SIGINT has every worker drain and waits for them.
   worker's requests died with it, and its siblings must stop counting them.
 - **Restarts**: a worker that exits while the service runs is started again after a backoff
   (0.1 s, doubling to 5 s; back to 0.1 s once a worker has served 10 s), logged on stderr
-  and counted in the table (``/metrics``, ``/admin/state``).
+  and counted in the table (``/metrics``, ``/admin/state``). It applies the service's desired
+  state before it opens its front door: from the broker's retained messages with a control
+  link, from the supervisor without one (service_commands.py).
+- **Its own socket** (supervisor_api.py, ``<dir>/service.sock``): where a worker asks for
+  the desired state as it starts, and where worker 0 gives the drains and splits of the
+  rollouts it runs when there is no control link, so that every worker applies them.
 - **Stopping**: SIGTERM or SIGINT is passed to every worker, which drains as ``gpurouter
   serve`` does (``server.shutdown_grace_s``); one still running well after that is killed.
 """
@@ -37,8 +42,10 @@ from router.http.server import EmbeddedUvicorn, ListenError, bind_listener
 from router.telemetry.embedded_broker import EmbeddedBroker
 from router.workers.load_table import LoadTable
 from router.workers.service_admin import ServiceAdmin
+from router.workers.service_commands import ServiceCommands
+from router.workers.supervisor_api import SupervisorApi
 from router.workers.worker import worker_argv
-from router.workers.worker_client import WorkerClient
+from router.workers.worker_client import WorkerClient, service_socket_path
 
 __all__ = ["Supervisor", "WorkerFailedError"]
 
@@ -119,18 +126,26 @@ class Supervisor:
         table = LoadTable.create(self.workers, len(self.fleet.replicas))
         directory = Path(tempfile.mkdtemp(prefix="gpurouter-serve-"))  # mode 0700
         client = WorkerClient(directory, self.workers)
+        commands = ServiceCommands(client, table, broadcast=not self.telemetry)
         admin_server: EmbeddedUvicorn | None = None
         admin_task: asyncio.Task[None] | None = None
+        own_server: EmbeddedUvicorn | None = None
+        own_task: asyncio.Task[None] | None = None
         keepers: list[asyncio.Task[None]] = []
         try:
+            own = _unix_listener(service_socket_path(directory))
+            own_server, own_task = await _serve_admin(SupervisorApi(commands), own)
             spawn = _Spawner(self, front, table, directory)
             for i in range(self.workers):
                 await spawn(i)
             await _wait_ready(self, table)
             keepers = [
-                asyncio.create_task(self._keep(i, spawn, table)) for i in range(self.workers)
+                asyncio.create_task(self._keep(i, spawn, table, commands))
+                for i in range(self.workers)
             ]
-            app = ServiceAdmin(client, table, self.admin_token, broadcast=not self.telemetry)
+            app = ServiceAdmin(
+                client, table, self.admin_token, broadcast=not self.telemetry, commands=commands
+            )
             admin_server, admin_task = await _serve_admin(app, admin)
             self.front_url, self.admin_url = _url(front), _url(admin)
             if started is not None:
@@ -141,9 +156,10 @@ class Supervisor:
             await self._stop_workers()
             for task in keepers:
                 task.cancel()
-            if admin_server is not None and admin_task is not None:
-                admin_server.exit(0)
-                await admin_task
+            for server, serving in ((admin_server, admin_task), (own_server, own_task)):
+                if server is not None and serving is not None:
+                    server.exit(0)
+                    await serving
             await client.close()
             front.close()
             admin.close()
@@ -155,7 +171,9 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
-    async def _keep(self, index: int, spawn: _Spawner, table: LoadTable) -> None:
+    async def _keep(
+        self, index: int, spawn: _Spawner, table: LoadTable, commands: ServiceCommands
+    ) -> None:
         """Restart worker ``index`` whenever it exits, until the service stops."""
         backoff = BACKOFF_S[0]
         loop = asyncio.get_running_loop()
@@ -165,6 +183,7 @@ class Supervisor:
             began = loop.time()
             code = await proc.wait()
             table.clear(index)  # its requests died with it: siblings stop counting them
+            commands.gone(index)
             if self._stopping:
                 return
             if loop.time() - began >= STEADY_S:
@@ -244,8 +263,15 @@ async def _wait_ready(sup: Supervisor, table: LoadTable) -> None:
         await asyncio.sleep(0.02)
 
 
+def _unix_listener(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(128)
+    return sock
+
+
 async def _serve_admin(
-    app: ServiceAdmin, sock: socket.socket
+    app: ServiceAdmin | SupervisorApi, sock: socket.socket
 ) -> tuple[EmbeddedUvicorn, asyncio.Task[None]]:
     config = uvicorn.Config(
         app, ws="none", lifespan="off", loop="none", access_log=False, log_config=None,

@@ -3,8 +3,16 @@ on the front-door socket its supervisor bound and handed down, counting its sibl
 from the shared load table, with its admin API private on a Unix socket.
 
 Started by the supervisor (supervisor.py) as ``python -m router.workers.worker`` with the
-inherited descriptors' numbers on its command line. It writes its pid into its table row once
-it serves (what the supervisor waits for), and drains on SIGTERM as ``gpurouter serve`` does.
+inherited descriptors' numbers on its command line. Before it opens its front door it applies
+the service's desired state: with a control link, the state file the service's workers share
+and then the broker's retained messages; without one, what the supervisor keeps
+(supervisor_client.py). So a worker restarted in the middle of a rollout holds its drains and
+its split from its first request. It writes its pid into its table row once it serves (what
+the supervisor waits for), and drains on SIGTERM as ``gpurouter serve`` does.
+
+Worker 0 runs the service's rollouts and splits (docs/decisions/0007): their drains, undrains,
+preemptions and splits are published over the control link like an operator's command, or
+given to the supervisor, which gives them to every worker.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from router.workers.load_table import LoadTable
 from router.workers.private_api import PrivateApi
 from router.workers.service_metrics import ServiceMetrics
 from router.workers.shared_load import SharedLoad
+from router.workers.supervisor_client import SupervisorClient
 from router.workers.worker_client import WorkerClient, socket_path
 
 if TYPE_CHECKING:
@@ -99,22 +108,31 @@ async def _serve(
     index: int,
     client: WorkerClient,
     feeds: RouterFeeds | None,
+    supervisor: SupervisorClient,
 ) -> None:
     async def started() -> None:
-        if feeds is not None:
-            await feeds.start()
-            for note in feeds.notes:
-                log.warning("%s", note)
-            server.admin.apply = feeds.apply  # published as desired state: every router applies
         table.set_pid(index, os.getpid())  # the supervisor's sign that this worker serves
 
     orphaned = asyncio.create_task(_stop_when_orphaned(os.getppid()))
     try:
+        # The service's desired state first (a drain a rollout holds, its split), then the
+        # front door: no request is routed on the fleet file's settings by mistake.
+        if feeds is not None:
+            await feeds.start()
+            for note in feeds.notes:
+                log.warning("%s", note)
+            # Published as desired state: every worker, and every router, applies it.
+            server.route_commands(feeds.apply)
+        else:
+            await supervisor.catch_up(server.control)
+            # Given to every worker by the supervisor (operators' commands come that way too).
+            server.rollouts.path.apply = supervisor.apply
         await server.serve_forever(started)
     finally:
         orphaned.cancel()
         if feeds is not None:
             await feeds.stop()
+        await supervisor.close()
         await client.close()
 
 
@@ -145,13 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_telemetry:
         feeds = _feeds(args, fleet, server)
     server.core.shared = SharedLoad(table, args.index)
-    server.admin_app = PrivateApi(server.admin, args.index, server.metrics.render)
     client = WorkerClient(args.dir, args.workers)
+    server.admin_app = PrivateApi(server.admin, args.index, server.metrics.render, client)
     server.front.render_metrics = ServiceMetrics(
         args.index, server.metrics.render, client, table
     ).render
+    supervisor = SupervisorClient(args.dir, args.index)
     try:
-        run_loop(_serve(server, table, args.index, client, feeds))
+        run_loop(_serve(server, table, args.index, client, feeds, supervisor))
     finally:
         table.close()
     return 0
