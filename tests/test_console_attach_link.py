@@ -239,9 +239,13 @@ class Counting(Unplugged):
     def __init__(self, api: AdminApi) -> None:
         super().__init__(api)
         self.asked: dict[str, int] = {}
+        self.replicas_asked: list[str] = []
+        """The ``replica`` of each request for decisions."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.asked[request.url.path] = self.asked.get(request.url.path, 0) + 1
+        if request.url.path == "/admin/decisions":
+            self.replicas_asked.append(request.url.params.get("replica", ""))
         if request.url.params.get("running") == "1":
             self.asked["running"] = self.asked.get("running", 0) + 1
         return await super().handle_async_request(request)
@@ -250,7 +254,8 @@ class Counting(Unplugged):
 async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after() -> None:
     """An open replica detail asks for its decisions at each refresh, and each poll fetches
     them; once nobody has asked for a while (the detail is closed), the polls stop fetching
-    them: 200 decisions are hundreds of KB to rebuild each second on the console's loop."""
+    them, and only the open replica's: every replica's were hundreds of KB to rebuild each
+    second on the console's loop."""
     clock = ManualClock(10.0)
     core = RouterCore(make_fleet(), clock=clock)
     api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
@@ -272,6 +277,7 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
             clock.advance(1.0)
         assert cable.asked["/admin/decisions"] == 3
         assert backend.decisions("r0") == []  # none kept from before
+        assert cable.replicas_asked == ["r0"] * 3  # that replica's decisions only
     finally:
         await admin.aclose()
 

@@ -68,6 +68,9 @@ async def test_state_commands_events_and_decisions() -> None:
             state = (await admin.get("/admin/state")).json()
             events = (await admin.get("/admin/events", params={"since": 0})).json()["events"]
             decisions = (await admin.get("/admin/decisions", params={"limit": 5})).json()
+            chose = decisions["decisions"][-1]["chosen"]
+            mine = (await admin.get("/admin/decisions", params={"replica": chose})).json()
+            none = (await admin.get("/admin/decisions", params={"replica": "nowhere"})).json()
         assert applied.status_code == 200
         assert applied.json()["ok"] is True
         assert applied.json()["actor"] == "alice"
@@ -88,6 +91,8 @@ async def test_state_commands_events_and_decisions() -> None:
         (decision,) = decisions["decisions"]
         assert decision["chosen"] in {"a", "b"}
         assert {c["replica"] for c in decision["candidates"]} == {"a", "b"}
+        assert mine["decisions"] == [decision]  # only those that chose that replica
+        assert none["decisions"] == []
 
 
 async def test_a_replica_is_measured_once_its_own_requests_have_run_the_model() -> None:

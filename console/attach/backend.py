@@ -53,8 +53,10 @@ __all__ = ["NO_TOKEN", "RemoteBackend", "attach"]
 NO_TOKEN = f"read-only: attached without an admin token; set {TOKEN_ENV} to steer"
 AUDIT_KEPT = 1000
 """Events kept for the console (it shows the newest 20 at start)."""
-DECISIONS_ASKED = 200
-"""Newest routing decisions fetched while a replica's detail is open."""
+DECISIONS_ASKED = 20
+"""Newest routing decisions fetched while a replica's detail is open: that replica's, as many
+as the detail shows (200 of every replica's were 300 KB of JSON a poll, decoded beside the
+frame: the demo's slowest key, a detail at 158 ms)."""
 DECISIONS_WANTED_POLLS = 2.0
 """Decisions are fetched while asked for within this many poll intervals: an open detail
 asks at each refresh; once it is closed (or the console paused) they are not fetched."""
@@ -103,6 +105,8 @@ class RemoteBackend:
         """Where the event stream resumes: after the last event, in the backlog's run."""
         self._listeners: list[Callable[[Event], None]] = []
         self._decisions: list[Explanation] = []
+        self._decisions_for: str | None = None
+        """The replica whose decisions the polls fetch (the detail open last)."""
         self._decisions_asked_at: float | None = None
         self._running_asked_at: float | None = None
         self._rollout: RolloutProgress | None = None
@@ -149,6 +153,10 @@ class RemoteBackend:
         if not self._wants(self._decisions_asked_at, now):
             self._wake.set()
         self._decisions_asked_at = now
+        if replica_id != self._decisions_for:
+            self._decisions_for, self._decisions = replica_id, []
+            self._wake.set()
+        # A router from before ``?replica=`` answers every replica's: filtered here too.
         out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
         return out[:limit]
 
@@ -256,7 +264,10 @@ class RemoteBackend:
             if self._splits_served:
                 await self._poll_split()
             wanted = self._wants(self._decisions_asked_at, self.clock())
-            self._decisions = await fetch_decisions(self.admin) if wanted else []
+            replica = self._decisions_for
+            self._decisions = (
+                await fetch_decisions(self.admin, replica) if wanted and replica else []
+            )
         except GpuRouterError as exc:
             return self.link.failed(str(exc))
         self.link.answered()
@@ -294,9 +305,9 @@ class RemoteBackend:
             woken.cancel()
 
     def _wants(self, asked: float | None, now: float) -> bool:
-        """Asked for recently: 200 decisions are 300 KB of JSON, and the requests running
-        at the demo's load 600-800 objects, rebuilt at each poll; their garbage made the
-        console's collector passes the slowest thing a key waited for."""
+        """Asked for recently: the decisions are JSON decoded at each poll, and the requests
+        running at the demo's load 600-800 objects, rebuilt at each poll; their garbage made
+        the console's collector passes the slowest thing a key waited for."""
         return asked is not None and now - asked <= DECISIONS_WANTED_POLLS * self.interval()
 
     def _restarted(self, run: str) -> None:
@@ -339,8 +350,9 @@ async def fetch_state(admin: AsyncAdmin, running: bool = False) -> RemoteState:
         ) from None
 
 
-async def fetch_decisions(admin: AsyncAdmin) -> list[Explanation]:
-    data = await admin.get("/admin/decisions", {"limit": DECISIONS_ASKED})
+async def fetch_decisions(admin: AsyncAdmin, replica: str) -> list[Explanation]:
+    """The newest routing decisions that chose ``replica``."""
+    data = await admin.get("/admin/decisions", {"limit": DECISIONS_ASKED, "replica": replica})
     items = data.get("decisions")
     try:
         if not isinstance(items, list):

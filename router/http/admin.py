@@ -18,7 +18,8 @@
   run of the router: the answer names its run (``run`` in the JSON, the ``X-Gpurouter-Run``
   header on a stream, ``run`` in ``/admin/state`` too), and ``?run=RUN`` says which run
   ``since`` counts in: a router in another run (it restarted) answers its whole trail.
-- ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``).
+- ``GET /admin/decisions``: recent routing decisions with their explanations (``?limit=N``;
+  ``?replica=ID``: only those that chose that replica).
 - ``GET /admin/rollout``: the current (or last) model rollout's state and progress,
   ``{"rollout": ...}`` (null before the first). ``POST /admin/rollout``:
   ``{"action": "start", "version": "org/model-v2", "settings": {...}}`` starts one (settings:
@@ -195,7 +196,10 @@ class AdminApi:
                     await self._split(receive, send, headers)
                 case ("GET", "/admin/decisions"):
                     limit = _int(query, "limit", self.core.settings.decision_log_size)
-                    decisions = list(self.core.decisions)[-limit:] if limit > 0 else []
+                    decisions = list(self.core.decisions)
+                    if "replica" in query:
+                        decisions = [d for d in decisions if d.chosen == query["replica"]]
+                    decisions = decisions[-limit:] if limit > 0 else []
                     await send_json(
                         send, 200, {"decisions": [dataclasses.asdict(d) for d in decisions]}
                     )
