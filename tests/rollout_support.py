@@ -36,7 +36,10 @@ BODY = f'{{"version": "{{version}}", "load_s": 1, "aliases": ["{MODEL}"]}}'
 GATED = """\
 import json, os, sys, time, urllib.request
 gate, url, version, alias = sys.argv[1:5]
+give_up = time.monotonic() + 120  # a test that ends without opening it leaves no process
 while not os.path.exists(gate):  # held until the test opens the gate
+    if time.monotonic() > give_up:
+        sys.exit("the gate never opened")
     time.sleep(0.01)
 body = json.dumps({"version": version, "load_s": 1, "aliases": [alias]}).encode()
 headers = {"Content-Type": "application/json"}
