@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from router.clock import Clock, monotonic
 from router.config.schema import CanaryConfig
@@ -85,6 +85,90 @@ class CanarySpec:
     rollout: RolloutSpec | None = None
     """The settings of the rollouts it runs (floor, deadlines); its version and replicas are
     set for each one."""
+
+
+class _Versions(Protocol):
+    @property
+    def model(self) -> str: ...
+    @property
+    def old(self) -> str: ...
+    @property
+    def new(self) -> str: ...
+    @property
+    def replicas(self) -> tuple[str, ...]: ...
+    @property
+    def auto(self) -> bool: ...
+    @property
+    def rules(self) -> CanaryConfig: ...
+
+
+class _Named(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class CanaryState(Protocol):
+    """What a canary's status is read from: the live one's (``Canary``) and the simulated
+    one's (router/rollout/simulated_canary.py), so both answer key for key."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def spec(self) -> _Versions: ...
+    @property
+    def phase(self) -> CanaryPhase: ...
+    @property
+    def share(self) -> float: ...
+    @property
+    def step_index(self) -> int | None: ...
+    @property
+    def verdict(self) -> Verdict | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def judge(self) -> Judge: ...
+    @property
+    def rollout(self) -> _Named | None: ...
+
+
+def canary_status(c: CanaryState, now: float) -> dict[str, Any]:
+    """A canary's state, its judge's figures over the window at ``now`` and its verdict."""
+    new, old = c.judge.figures(now)
+    s, verdict = c.spec, c.verdict
+    return {
+        "id": c.id,
+        "kind": "canary",
+        "model": s.model,
+        "old": s.old,
+        "new": s.new,
+        "replicas": list(s.replicas),
+        "phase": str(c.phase),
+        "share": c.share,
+        "auto": s.auto,
+        "steps": [p / 100 for p in s.rules.steps],
+        "step": c.step_index,
+        "figures": {"new": new.to_dict(), "old": old.to_dict()},
+        "verdict": None if verdict is None else verdict.text(s.new, s.old),
+        "judged": None
+        if verdict is None
+        else {"new": verdict.new.to_dict(), "old": verdict.old.to_dict()},
+        "rollout": None if c.rollout is None else c.rollout.id,
+        "error": c.error,
+    }
+
+
+def judge_attempt(
+    judge: Judge, spec: _Versions, assignment: Assignment, ok: bool, now: float
+) -> None:
+    """Count a finished attempt on either version of the canary's model in its judge."""
+    if assignment.request.model != spec.model:
+        return
+    version = assignment.replica.version
+    if version not in (spec.new, spec.old):
+        return
+    first = assignment.first_byte
+    ttft = None if first is None else first - assignment.started
+    judge.observe(version == spec.new, now, ok, ttft)
 
 
 class Canary(CoreListener):
@@ -186,40 +270,12 @@ class Canary(CoreListener):
         self._unlisten()
 
     def status(self) -> dict[str, Any]:
-        new, old = self.judge.figures(self.clock())
-        s = self.spec
-        return {
-            "id": self.id,
-            "kind": "canary",
-            "model": s.model,
-            "old": s.old,
-            "new": s.new,
-            "replicas": list(s.replicas),
-            "phase": str(self.phase),
-            "share": self.share,
-            "auto": s.auto,
-            "steps": [p / 100 for p in s.rules.steps],
-            "step": self.step_index,
-            "figures": {"new": new.to_dict(), "old": old.to_dict()},
-            "verdict": None if self.verdict is None else self.verdict.text(s.new, s.old),
-            "judged": None
-            if self.verdict is None
-            else {"new": self.verdict.new.to_dict(), "old": self.verdict.old.to_dict()},
-            "rollout": None if self.rollout is None else self.rollout.id,
-            "error": self.error,
-        }
+        return canary_status(self, self.clock())
 
     # ---- the judge's input --------------------------------------------------------------------
 
     def on_attempt(self, assignment: Assignment, ok: bool) -> None:
-        if assignment.request.model != self.spec.model:
-            return
-        version = assignment.replica.version
-        if version not in (self.spec.new, self.spec.old):
-            return
-        first = assignment.first_byte
-        ttft = None if first is None else first - assignment.started
-        self.judge.observe(version == self.spec.new, self.clock(), ok, ttft)
+        judge_attempt(self.judge, self.spec, assignment, ok, self.clock())
 
     # ---- the task -----------------------------------------------------------------------------
 

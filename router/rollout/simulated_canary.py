@@ -36,7 +36,7 @@ from router.config.schema import CanaryConfig
 from router.control import ControlSurface
 from router.core import Assignment, CoreListener
 from router.errors import RolloutError
-from router.rollout.canary import CanaryPhase
+from router.rollout.canary import CanaryPhase, canary_status, judge_attempt
 from router.rollout.executor import Phase as RolloutPhase
 from router.rollout.judge import Judge, Verdict
 from router.rollout.simulated import SimRolloutSpec, SimulatedRollout
@@ -137,42 +137,13 @@ class SimulatedCanary(CoreListener):
         self.rollout.start(then=self._prepared)
 
     def status(self) -> dict[str, Any]:
-        """The live canary's status (router/rollout/canary.py's ``Canary.status``), key for
-        key."""
-        new, old = self.judge.figures(self.sim.clock.now)
-        s = self.spec
-        return {
-            "id": self.id,
-            "kind": "canary",
-            "model": s.model,
-            "old": s.old,
-            "new": s.new,
-            "replicas": list(s.replicas),
-            "phase": str(self.phase),
-            "share": self.share,
-            "auto": s.auto,
-            "steps": [p / 100 for p in s.rules.steps],
-            "step": self.step_index,
-            "figures": {"new": new.to_dict(), "old": old.to_dict()},
-            "verdict": None if self.verdict is None else self.verdict.text(s.new, s.old),
-            "judged": None
-            if self.verdict is None
-            else {"new": self.verdict.new.to_dict(), "old": self.verdict.old.to_dict()},
-            "rollout": None if self.rollout is None else self.rollout.id,
-            "error": self.error,
-        }
+        """The live canary's status, key for key."""
+        return canary_status(self, self.sim.clock.now)
 
     # ---- the judge's input --------------------------------------------------------------------
 
     def on_attempt(self, assignment: Assignment, ok: bool) -> None:
-        if assignment.request.model != self.spec.model:
-            return
-        version = assignment.replica.version
-        if version not in (self.spec.new, self.spec.old):
-            return
-        first = assignment.first_byte
-        ttft = None if first is None else first - assignment.started
-        self.judge.observe(version == self.spec.new, self.sim.clock.now, ok, ttft)
+        judge_attempt(self.judge, self.spec, assignment, ok, self.sim.clock.now)
 
     # ---- the schedule ---------------------------------------------------------------------------
 
