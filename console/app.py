@@ -163,6 +163,7 @@ class ConsoleApp(SplitActions):
         self._timer: Timer | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._gc_before = gc.get_threshold()
+        self._frozen = False
         for t in THEMES.values():
             self.register_theme(t)
         self.theme = chosen
@@ -200,6 +201,9 @@ class ConsoleApp(SplitActions):
 
     def on_unmount(self) -> None:
         gc.set_threshold(*self._gc_before)
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -217,10 +221,11 @@ class ConsoleApp(SplitActions):
         # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
         if not self.paused and self.is_running:
             self.refresh_data(tick=True)
-            # The survivors of the young passes are collected here, a second's worth each
-            # time, right after the frame, instead of all at once whenever a key lands on
-            # the collector's own middle pass.
-            gc.collect(1)
+            # The survivors of the young passes are collected a second's worth each time,
+            # right after the frame (not before it, where a key landing on the tick waited
+            # for it too), instead of all at once whenever a key lands on the collector's own
+            # middle pass.
+            self.call_after_refresh(gc.collect, 1)
 
     def refresh_data(self, *, tick: bool = False) -> None:
         """One snapshot -> view models -> widgets. ``tick`` also records history."""
@@ -436,8 +441,11 @@ class ConsoleApp(SplitActions):
         """Build the kept screens before their first key, one per idle moment after the
         dashboard is drawn: the first ``i`` at the demo's default load took 150 ms (compose,
         styles, and the stylesheet taking in the new widgets' CSS), every later one 25 ms."""
-        if not names or not self.is_running or self.return_code is not None:
-            return  # nothing left, or the app is leaving: its screens would mount nothing
+        if not self.is_running or self.return_code is not None:
+            return  # the app is leaving: its screens would mount nothing
+        if not names:
+            self._freeze()
+            return
         name, *rest = names
         if not self.is_screen_installed(name):
             screen = self._builders()[name]()
@@ -446,6 +454,17 @@ class ConsoleApp(SplitActions):
             # that push does first (Textual 8, pinned), so it is composed and styled now.
             self._register(self, screen)
         self.call_after_refresh(self._prepare_kept, rest)
+
+    def _freeze(self) -> None:
+        """Leave what the console holds once built out of the collector's full passes.
+
+        The modules, widgets and kept screens live as long as the console, and a full pass
+        walked them all: 80-125 ms once every few tens of seconds at the demo's default
+        load, the slowest thing a key then waited for. What is built later is collected
+        as before; ``on_unmount`` hands the frozen objects back to the collector."""
+        gc.collect()
+        gc.freeze()
+        self._frozen = True
 
     def _open(
         self, screen: Screen[Any], name: str, callback: Callable[[Any], None] | None = None

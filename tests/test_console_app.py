@@ -488,3 +488,17 @@ async def test_the_console_collects_garbage_young_and_puts_the_thresholds_back()
     async with app.run_test(size=SIZE):
         assert gc.get_threshold() == GC_THRESHOLDS
     assert gc.get_threshold() == before
+
+
+async def test_what_the_console_built_is_frozen_once_its_screens_are_ready_and_thawed_on_exit() -> (
+    None
+):
+    frozen_before = gc.get_freeze_count()
+    app = app_for(loaded_rig())
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(50):
+            if app.is_screen_installed("replica-detail") and gc.get_freeze_count() > frozen_before:
+                break
+            await pilot.pause()
+        assert gc.get_freeze_count() > frozen_before
+    assert gc.get_freeze_count() == frozen_before

@@ -13,13 +13,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.signal import Signal
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
 
 from console.view.capacity import capacity_lines
 from console.view.detail import decision_lines, facts
 from console.view.format import Cell
 from console.view.history import ReplicaHistory
 from console.widgets.key_footer import KeyFooter
+from console.widgets.steady_static import SteadyStatic
 from console.widgets.tones import Styles, to_text
 from router.snapshot import ReplicaSnapshot
 from router.strategies import Explanation
@@ -79,14 +80,14 @@ class ReplicaDetail(Screen[None]):
         self.tones = styles
 
     def compose(self) -> ComposeResult:
-        yield Static(id="facts")
-        yield Static(id="capacity")
-        yield Static(TTFT_LABEL, classes="chart-label", id="ttft-label")
+        yield SteadyStatic(id="facts")
+        yield SteadyStatic(id="capacity")
+        yield SteadyStatic(TTFT_LABEL, classes="chart-label", id="ttft-label")
         yield Sparkline([], id="ttft")
-        yield Static(THRU_LABEL, classes="chart-label", id="thru-label")
+        yield SteadyStatic(THRU_LABEL, classes="chart-label", id="thru-label")
         yield Sparkline([], id="thru")
         with VerticalScroll(id="decisions"):
-            yield Static(id="decision-lines")
+            yield SteadyStatic(id="decision-lines")
         # Textual's footer rebuilds all its keys each time the screen comes back; this one
         # keeps them while the bindings are the same.
         yield KeyFooter()
@@ -118,16 +119,19 @@ class ReplicaDetail(Screen[None]):
         """Every part from the data of now: a kept screen shows nothing of its last open."""
         d = self.data()
         if d.replica is None:
-            self.query_one("#facts", Static).update(f"{self.replica}: no such replica")
-            self.query_one("#capacity", Static).update("")
+            self._put("#facts", Text(f"{self.replica}: no such replica"))
+            self._put("#capacity", Text())
             self._charts(None)
-            self.query_one("#decision-lines", Static).update("")
+            self._put("#decision-lines", Text())
             return
-        self.query_one("#facts", Static).update(_lines(facts(d.replica), self.tones))
-        self.query_one("#capacity", Static).update(_lines(capacity_lines(d.replica), self.tones))
+        self._put("#facts", _lines(facts(d.replica), self.tones))
+        self._put("#capacity", _lines(capacity_lines(d.replica), self.tones))
         self._charts(d.history)
         lines = decision_lines(d.decisions, self.replica, d.now)
-        self.query_one("#decision-lines", Static).update(_lines(lines, self.tones))
+        self._put("#decision-lines", _lines(lines, self.tones))
+
+    def _put(self, selector: str, text: Text) -> None:
+        self.query_one(selector, SteadyStatic).put(text)
 
     def _charts(self, history: ReplicaHistory | None) -> None:
         """The sparklines and their labels; as composed when there is no history."""
@@ -136,13 +140,13 @@ class ReplicaDetail(Screen[None]):
         self.query_one("#ttft", Sparkline).data = ttft
         self.query_one("#thru", Sparkline).data = thru
         if history is None:
-            self.query_one("#ttft-label", Static).update(TTFT_LABEL)
-            self.query_one("#thru-label", Static).update(THRU_LABEL)
+            self._put("#ttft-label", Text(TTFT_LABEL))
+            self._put("#thru-label", Text(THRU_LABEL))
             return
         p50 = f"now {ttft[-1] * 1000:.0f}ms, max {max(ttft) * 1000:.0f}ms" if ttft else "no data"
-        self.query_one("#ttft-label", Static).update(f"{TTFT_LABEL}: {p50}")
+        self._put("#ttft-label", Text(f"{TTFT_LABEL}: {p50}"))
         t = f"now {thru[-1]:.1f}, max {max(thru):.1f}" if thru else "no data"
-        self.query_one("#thru-label", Static).update(f"{THRU_LABEL}: {t}")
+        self._put("#thru-label", Text(f"{THRU_LABEL}: {t}"))
 
     def restyle(self, styles: Styles) -> None:
         self.tones = styles

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
-
 from console.view.format import Cell
+from console.widgets.steady_static import SteadyStatic
 from console.widgets.tones import Styles, to_text
 
 
-class DashboardHeader(Static):
+class DashboardHeader(SteadyStatic):
     def __init__(self) -> None:
         super().__init__("", id="header")
         self._last: tuple[tuple[Cell, ...], ...] | None = None
@@ -27,4 +26,4 @@ class DashboardHeader(Static):
             if i:
                 text.append("\n")
             text.append_text(to_text(line, styles))
-        self.update(text)
+        self.put(text)

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 
 from console.view.format import Cell, Tone, fit
 from console.view.models import HEADINGS, HELP, LEGEND
+from console.widgets.steady_static import SteadyStatic
 from console.widgets.tones import Styles, to_text
 
 WIDTHS = (10, 3, 4, 7, 4, 9)
 
 
-class ModelSummary(Static):
+class ModelSummary(SteadyStatic):
     def __init__(self) -> None:
         super().__init__("", id="models")
         self.border_title = "GPU models"
@@ -36,7 +36,7 @@ class ModelSummary(Static):
         for row in rows:
             text.append("\n")
             text.append_text(_line(row, styles))
-        self.update(text)
+        self.put(text)
 
 
 def _line(row: tuple[Cell, ...], styles: Styles) -> Text:
