@@ -459,9 +459,10 @@ class ConsoleApp(SplitActions):
         """Leave what the console holds once built out of the collector's full passes.
 
         The modules, widgets and kept screens live as long as the console, and a full pass
-        walked them all: 80-125 ms once every few tens of seconds at the demo's default
-        load, the slowest thing a key then waited for. What is built later is collected
-        as before; ``on_unmount`` hands the frozen objects back to the collector."""
+        walked them all: 85-145 ms at the demo's default load (about one in each run of
+        bench/bench_demo_keys.py), the slowest thing a key then waited for; 40-80 ms since.
+        What is built later is collected as before; ``on_unmount`` hands the frozen objects
+        back to the collector."""
         gc.collect()
         gc.freeze()
         self._frozen = True
