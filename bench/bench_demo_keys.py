@@ -22,8 +22,10 @@ impact) and ``n`` (cancelled: nothing is drained), with a pause between keys tha
 at another phase of the refresh. A key's latency is from the key reaching the app (its
 driver, where a terminal's keys enter) to the last frame that changed what the terminal shows,
 frames encoded for the terminal as outside a test (bench/bench_console.py's
-``key_to_screen``), here with the real data plane running, not a fake core. Also
-reported: requests in flight at the router (as the console last saw them: attached, its
+``key_to_screen``), here with the real data plane running, not a fake core: the aim's
+figure. Beside it, all keys to the first frame that showed the key's effect: the difference
+is what else reached the screen before it was quiet (a refresh landing just after the key's
+frame). Also reported: requests in flight at the router (as the console last saw them: attached, its
 latest poll of the admin API) and at the load generator at each key, the console process's
 CPU (and the router process's, when it has one), how late the console's loop ran a 10 ms
 timer (its lag), the garbage collector's passes by generation (``gc.callbacks``), and the
@@ -94,6 +96,8 @@ KEYS: tuple[tuple[str, str, str, Done], ...] = (
 class Result:
     layout: str
     keys_ms: dict[str, list[float]] = field(default_factory=dict)
+    first_ms: dict[str, list[float]] = field(default_factory=dict)
+    """To the first frame that showed the key's effect (``key_to_screen``'s ``first``)."""
     in_flight: list[int] = field(default_factory=list)
     """Requests running on replicas, at the router, at each key."""
     client_in_flight: list[int] = field(default_factory=list)
@@ -145,7 +149,7 @@ async def run(layout: str, fleet_file: Path, args: argparse.Namespace) -> Result
     )
     demo = Demo(load_fleet(fleet_file), options)
     await demo.start()
-    result = Result(layout, {name: [] for name, *_ in KEYS})
+    result = Result(layout, {name: [] for name, *_ in KEYS}, {name: [] for name, *_ in KEYS})
     try:
         async with (
             demo_console(demo) as app,
@@ -174,7 +178,9 @@ async def press_keys(
             for j, (name, key, char, done) in enumerate(KEYS):
                 result.in_flight.append(app.backend.snapshot().in_flight)
                 result.client_in_flight.append(demo.client_tally().in_flight)
-                ms = await key_to_screen(app, paints, key, char, _bound(done, app))
+                ms = await key_to_screen(
+                    app, paints, key, char, _bound(done, app), result.first_ms[name]
+                )
                 result.keys_ms[name].append(ms)
                 # Land the next key at another phase of the 1 s refresh.
                 await asyncio.sleep(0.05 + 0.37 * ((i * len(KEYS) + j) % 7) / 7)
@@ -246,6 +252,9 @@ def summary(result: Result) -> dict[str, Any]:
         "layout": result.layout,
         "keys_ms": {name: stats(values) for name, values in result.keys_ms.items()},
         "all_keys_ms": stats(every),
+        "all_keys_first_frame_ms": stats(
+            [ms for values in result.first_ms.values() for ms in values]
+        ),
         "in_flight": _spread(result.in_flight),
         "client_in_flight": _spread(result.client_in_flight),
         "loop_lag_ms": stats(result.lag_ms),
@@ -281,6 +290,12 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"| {layout['layout']} | {name} | {s['n']} | {s['p50']:.0f} | {s['p90']:.0f} "
                 f"| {s['p99']:.0f} | {s['max']:.0f} |"
+            )
+        f = layout.get("all_keys_first_frame_ms")
+        if f:
+            print(
+                f"| {layout['layout']} | all keys, to the first frame showing the effect "
+                f"| {f['n']} | {f['p50']:.0f} | {f['p90']:.0f} | {f['p99']:.0f} | {f['max']:.0f} |"
             )
     print()
     print(
