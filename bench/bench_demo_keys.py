@@ -25,12 +25,13 @@ frames encoded for the terminal as outside a test (bench/bench_console.py's
 ``key_to_screen``), here with the real data plane running, not a fake core: the aim's
 figure. Beside it, all keys to the first frame that showed the key's effect: the difference
 is what else reached the screen before it was quiet (a refresh landing just after the key's
-frame). Also reported: requests in flight at the router (as the console last saw them: attached, its
-latest poll of the admin API) and at the load generator at each key, the console process's
-CPU (and the router process's, when it has one), how late the console's loop ran a 10 ms
-timer (its lag), the garbage collector's passes by generation (``gc.callbacks``), and the
-load average. ``child-young`` is ``child`` with other collector thresholds (see
-``LAYOUTS``). Bounded: ``--presses`` rounds and ``--max-seconds`` of keys per layout.
+frame). Also reported: requests in flight at the router (as the console last saw them:
+attached, its latest poll of the admin API) and at the load generator at each key, the
+console process's CPU (and the router process's, when it has one), how late the console's
+loop ran a 10 ms timer (its lag), the garbage collector's passes by generation
+(``gc.callbacks``), and the load average. ``child-young`` is ``child`` with other
+collector thresholds (see ``LAYOUTS``). Bounded: ``--presses`` rounds and ``--max-seconds``
+of keys per layout.
 """
 
 from __future__ import annotations
