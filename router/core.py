@@ -33,6 +33,7 @@ from router.peer_load import STALE_PERIODS, STATS_PERIOD_S, PeerLoad, PeerReport
 from router.pool import ReplicaPool
 from router.replica import Replica, ReplicaState
 from router.request import Priority, Request, estimate_cost
+from router.slow_start import warm_up_limit
 from router.snapshot import FleetSnapshot, build_snapshot
 from router.stats import RateWindow, ReplicaStats
 from router.strategies import Strategy, create_strategy
@@ -147,6 +148,8 @@ class RouterCore:
         self.tuner = Tuner(self.pool.replicas, self.settings.adaptive, stale_after)
         self._dispatching = False
         self._again = False
+        self._warming: dict[int, float] = {}
+        """When each replica whose slot limit still grows came back (router/slow_start.py)."""
         self.panic: str | None = None
         """Why the health monitor routes to every replica in service, healthy or not (panic
         mode, router/http/health.py); None while it does not."""
@@ -252,6 +255,7 @@ class RouterCore:
         now = self.clock()
         if self.capacity.due(now):
             self.refresh_capacity()
+        self._warm_up(now)
         if self.peers.any_stale(now):
             self._close_shares(now)
             self._peer_figures(self.peers.expire(now))
@@ -351,10 +355,10 @@ class RouterCore:
                 while len(self.queue):
                     if self.shared is not None:
                         self._fold_shared(self.shared)
-                    if not self.pool.open_count:
-                        break
-                    found = self._find()
+                    found = self._find() if self.pool.open_count else None
                     if found is None:
+                        if self._end_warm_ups():
+                            continue
                         break
                     self._start(*found)
         finally:
@@ -588,9 +592,43 @@ class RouterCore:
 
     def _set_state(self, r: Replica, state: ReplicaState, reason: str) -> None:
         old, r.state, r.state_reason = r.state, state, reason
+        returning = state is ReplicaState.ACTIVE and old is not ReplicaState.ACTIVE
+        window = self.settings.slow_start_s
+        if returning and window > 0:
+            self._warming[r.index] = self.clock()
+            r.warm_up_limit = warm_up_limit(r.batch_size, 0.0, window)
+        elif state is not ReplicaState.ACTIVE:
+            self._warming.pop(r.index, None)
+            r.warm_up_limit = None
         self.pool.changed(r)
         for listener in self.listeners:
             listener.on_state(r, old)
+
+    def _warm_up(self, now: float) -> None:
+        """Grow the slot limits of the replicas warming up (router/slow_start.py)."""
+        opened = False
+        for index, since in list(self._warming.items()):
+            r = self.pool.replicas[index]
+            limit = warm_up_limit(r.batch_size, now - since, self.settings.slow_start_s)
+            if limit is None:
+                del self._warming[index]
+            if limit != r.warm_up_limit:
+                r.warm_up_limit = limit
+                self.pool.changed(r)
+                opened = True
+        if opened:
+            self.dispatch()
+
+    def _end_warm_ups(self) -> bool:
+        """A request waits in the queue, and no replica with room takes it: warming replicas
+        take it now rather than hold it back (slow start steers work away from a returning
+        replica while others have room; it never makes a request wait). True if one did."""
+        ended = [self.pool.replicas[i] for i in self._warming]
+        self._warming.clear()
+        for r in ended:
+            r.warm_up_limit = None
+            self.pool.changed(r)
+        return bool(ended)
 
     def _finish(
         self,

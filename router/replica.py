@@ -112,6 +112,9 @@ class Replica:
     slowdown_norm: Ewma = field(default_factory=Ewma)
     """The same ratio's slow plain average: what is usual for this replica (requests share
     the engine with later arrivals, so the ratio is not 1 even when the rate is right)."""
+    warm_up_limit: int | None = None
+    """While it warms up after its return to service, the most requests it may run
+    (router/slow_start.py); None: only the batch size limits it."""
     served_models: tuple[str, ...] | None = None
     """The model names the replica's own ``GET /v1/models`` listed last
     (router/http/served_models.py); None: it has not answered yet."""
@@ -181,8 +184,12 @@ class Replica:
         empty until then whenever that peer has nothing waiting (see router/peer_load.py).
         Sibling workers' requests get no slack: the load table is read before each pick.
         Two workers that pick at the same instant can both take the last slot, so with
-        ``N`` workers a replica holds at most ``batch_size + N - 1`` (router/workers)."""
-        return self.state is ReplicaState.ACTIVE and self.in_flight < self.batch_size + self.peers
+        ``N`` workers a replica holds at most ``batch_size + N - 1`` (router/workers).
+        A replica warming up after its return to service has fewer slots for now."""
+        limit = self.batch_size
+        if self.warm_up_limit is not None:
+            limit = min(limit, self.warm_up_limit)
+        return self.state is ReplicaState.ACTIVE and self.in_flight < limit + self.peers
 
     def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:
         """Busy fraction 0..1 and whether it came from fresh GPU telemetry.

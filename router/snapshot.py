@@ -89,6 +89,9 @@ class ReplicaSnapshot:
     first name its ``/v1/models`` lists)."""
     state_reason: str = ""
     """Why it is in its state (an ejection's reason, ``by alice``); ``""``: none given."""
+    warm_up_limit: int | None = None
+    """Back in service and warming up: the most requests it may run for now
+    (router/slow_start.py); None: only the batch size limits it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,7 @@ def _replica(
         model_mismatch=r.model_mismatch,
         version=r.version,
         state_reason=r.state_reason,
+        warm_up_limit=r.warm_up_limit,
     )
 
 

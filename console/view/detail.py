@@ -28,7 +28,7 @@ def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
             ("weight ", Tone.DIM),
             (f"{number(r.static_weight)} static, {number(r.weight)} effective{pin_w}", Tone.NORMAL),
             ("   batch ", Tone.DIM),
-            (f"{r.in_flight}/{r.batch_size}{pin_b}", Tone.NORMAL),
+            (f"{r.in_flight}/{r.batch_size}{pin_b}{_warming(r)}", Tone.NORMAL),
             ("   util ", Tone.DIM),
             (f"{r.utilization:.0%} ({util_src})", Tone.NORMAL),
         ),
@@ -62,6 +62,10 @@ def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
         (f"⚠ {r.model_mismatch}: none of {r.model}'s requests go here", Tone.BAD),
     )
     return (*lines, flag)
+
+
+def _warming(r: ReplicaSnapshot) -> str:
+    return "" if r.warm_up_limit is None else f" (warming up: {r.warm_up_limit} for now)"
 
 
 def _score(value: float | None) -> str:

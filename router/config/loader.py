@@ -273,6 +273,7 @@ _RULES: dict[tuple[type, str], Rule] = {
         _bounds(1, strict=False), _largest_at_most(MAX_BATCH_SIZE)
     ),
     (RouterConfig, "decision_log_size"): _at_least(0),
+    (RouterConfig, "slow_start_s"): _at_least(0),
     (BrokerConfig, "url"): _broker_url,
     (BrokerConfig, "username"): _not_empty,
     (BrokerConfig, "password_env"): _env_var,

@@ -244,6 +244,10 @@ class RouterConfig:
     """Health checks and outlier ejection."""
     decision_log_size: int = 256
     """How many recent routing decisions are kept, with their explanations."""
+    slow_start_s: float = 30.0
+    """Seconds over which a replica back in service (undrained, readmitted) grows from one
+    request in flight to its batch size, so that it is not handed every new request at once;
+    0 turns slow start off."""
 
 
 @dataclass(frozen=True, slots=True)
