@@ -1,8 +1,9 @@
 """The fleet's imbalance factor: how unevenly loaded the active replicas are.
 
-``max / min`` of load over active replicas, with a floor of 0.01 so an idle replica does not
-divide by zero, and 1.0 when every replica is idle. Bands from practice: under 1.1 is
-excellent, under 1.2 good, up to 1.5 worth watching, above 1.5 needs action.
+``max / min`` of load over the active replicas (not those warming up), with a floor of 0.01
+so an idle replica does not divide by zero, and 1.0 when every replica is idle. Bands from
+practice: under 1.1 is excellent, under 1.2 good, up to 1.5 worth watching, above 1.5 needs
+action.
 
 A replica's load is the work asked of it over a window (the work sent to it in the window
 plus the work it still holds) over the work it can do in that window at its learned capacity
@@ -40,6 +41,14 @@ def imbalance_factor(utilizations: Iterable[float]) -> float:
     if not values or max(values) == 0.0:
         return 1.0
     return max(max(values), FLOOR) / max(min(values), FLOOR)
+
+
+def counted(state: str, warm_up_limit: int | None) -> bool:
+    """Whether a replica's load counts in the factor: in service, and not warming up after
+    its return (router/slow_start.py), when its load is held low on purpose and, with the
+    window still covering the time it was out, read near zero (the factor read 133-143 for
+    two seconds after the drain drill's A100 came back)."""
+    return state == "active" and warm_up_limit is None
 
 
 def capacity_loads(

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from router.imbalance import Band, band, capacity_loads, imbalance_factor
+from router.imbalance import Band, band, capacity_loads, counted, imbalance_factor
 from router.replica import Replica, ReplicaState
 from router.stats import percentile
 
@@ -145,8 +145,7 @@ def build_snapshot(core: RouterCore) -> FleetSnapshot:
     stale_after = 3 * core.fleet.broker.sample_period_s
     loads = replica_loads(core, core.pool.replicas, now)
     replicas = tuple(_replica(core, r, now, stale_after, loads[r.index]) for r in core.pool)
-    active = [s for s in replicas if s.state == ReplicaState.ACTIVE]
-    factor = imbalance_factor(s.load for s in active)
+    factor = imbalance_factor(s.load for s in replicas if counted(s.state, s.warm_up_limit))
     throughput = sum(s.throughput_rps for s in replicas)
     return FleetSnapshot(
         time=now,
@@ -267,7 +266,9 @@ def _by_gpu_model(
                 throughput_rps=rps,
                 throughput_share=rps / total_throughput if total_throughput > 0 else 0.0,
                 capacity_share=sum(s.capacity_rate for s in members) / total_capacity,
-                imbalance_factor=imbalance_factor(s.load for s in active),
+                imbalance_factor=imbalance_factor(
+                    s.load for s in members if counted(s.state, s.warm_up_limit)
+                ),
             )
         )
     return tuple(out)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from router.clock import ManualClock
 from router.core import RouterCore
+from router.http.metrics import RouterMetrics
 from router.request import Request
 from router.slow_start import warm_up_limit
 from tests.fleet_factory import make_fleet
@@ -115,3 +116,21 @@ def test_zero_turns_it_off_and_replicas_in_service_from_the_start_are_not_limite
     assert on(rec, "r1") == 20
     started, _, _ = make_core(slow_start_s=10.0)
     assert all(r.warm_up_limit is None for r in started.pool)
+
+
+def test_a_replica_warming_up_is_left_out_of_the_imbalance_factor_until_its_window_passes() -> None:
+    """Its load is held low on purpose, and its 10 s window still covers the time it was out:
+    counted, it read near zero, and the factor in the hundreds."""
+    core, clock, _ = make_core(slow_start_s=10.0)
+    metrics = RouterMetrics(core)
+    core.drain("r1")
+    submit(core, clock, 40)
+    core.undrain("r1")
+    clock.advance(1.0)
+    core.expire()
+    assert core.snapshot().imbalance_factor == 1.0  # r0 alone is counted
+    assert "gpurouter_imbalance_factor 1.0" in metrics.render().decode()
+    clock.advance(9.0)
+    core.expire()
+    assert core.snapshot().imbalance_factor > 10  # back in the factor, as unevenly worked
+    assert "gpurouter_imbalance_factor 1.0" not in metrics.render().decode()

@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.http.feed_metrics import FeedCollector
 from router.http.responses import ResponseCounter
-from router.imbalance import imbalance_factor
+from router.imbalance import counted, imbalance_factor
 from router.replica import ReplicaState
 from router.snapshot import replica_loads
 from router.telemetry.status import TelemetryStatus
@@ -165,12 +165,12 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily(
             "gpurouter_in_flight", "Requests running on replicas.", len(core.running)
         )
-        active = [r for r in core.pool if r.state is ReplicaState.ACTIVE]
+        balanced = [r for r in core.pool if counted(r.state, r.warm_up_limit)]
         yield GaugeMetricFamily(
             "gpurouter_imbalance_factor",
-            "Max over min load (work sent over learned capacity) of the active replicas "
-            "(1.0 idle).",
-            imbalance_factor(replica_loads(core, active, core.clock())),
+            "Max over min load (work sent over learned capacity) of the active replicas, "
+            "those warming up after their return left out (1.0 idle).",
+            imbalance_factor(replica_loads(core, balanced, core.clock())),
         )
         info = InfoMetricFamily("gpurouter_strategy", "The routing strategy in use.")
         info.add_metric([], {"strategy": core.strategy.name})
