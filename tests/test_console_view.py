@@ -101,6 +101,21 @@ def test_operator_states_win_over_data_states() -> None:
     assert [r.state for r in rows] == ["stale", "stale", "draining", "ejected"]
 
 
+def test_a_replica_back_in_service_reads_warming_counts_as_up_and_its_detail_says_its_limit() -> (
+    None
+):
+    rig = loaded_rig(requests=0, completed=0)
+    rig.core.drain("r2")
+    rig.core.undrain("r2")  # slow start: the fleet file's default window
+    snap = rig.core.snapshot()
+    rows = gpu_rows(rig.core.fleet, snap, DISABLED, {})
+    assert [r.state for r in rows] == ["active", "active", "warming", "active"]
+    assert state_cell("warming") == ("◔ warming", Tone.ACCENT)
+    assert service(rows).up == {"r0", "r1", "r2", "r3"}
+    (r2,) = [r for r in snap.replicas if r.id == "r2"]
+    assert "(warming up: 1 for now)" in "".join(text for line in facts(r2) for text, _ in line)
+
+
 def test_sort_and_filter_choose_and_order_rows() -> None:
     rig = loaded_rig()
     status = telemetry_for(rig)

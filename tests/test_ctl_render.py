@@ -87,6 +87,17 @@ def test_pinned_weight_and_batch_are_marked_and_busy_telemetry_shows() -> None:
     assert row == ["a100-0", "A100-80GB", "draining", "3/4*", "1/2.5*", "62%", "tel", "42ms/1.3s"]
 
 
+def test_a_replica_warming_up_says_so_with_its_limit_and_an_older_routers_state_still_reads() -> (
+    None
+):
+    state = canned_state()
+    replica(state, "a100-0")["warm_up_limit"] = 12
+    del replica(state, "a100-1")["warm_up_limit"]  # a router from before slow start
+    rows = {line.split()[0]: line.split() for line in render(state)[5:13]}
+    assert rows["a100-0"][2:4] == ["warming", "12"]
+    assert rows["a100-1"][2] == "active"
+
+
 def test_each_replica_shows_its_learned_capacity_and_kv_size_with_source_and_age() -> None:
     """``12.4 r/s measured 3.0s`` / ``8.3 r/s prior``, the load over it, and the KV cache's
     size with where it came from; all within 80 columns."""

@@ -116,7 +116,7 @@ def _replica_table(state: State) -> Table:
         table.add_row(
             r["id"],
             r["gpu_model"],
-            Text(r["state"], style=_STATE_STYLE.get(r["state"], "")),
+            state_cell(r),
             *version,
             load_cell(r),
             weight_cell(r),
@@ -135,6 +135,15 @@ def _capacity_table(state: State) -> Table:
     for r in state["replicas"]:
         table.add_row(r["id"], capacity_cell(r), pct(r["load"]), kv_cell(r))
     return table
+
+
+def state_cell(r: State) -> Text:
+    """The replica's state; ``warming N`` for one back in service that may run only ``N``
+    requests for now (slow start; a router before it sends no ``warm_up_limit``)."""
+    limit = r.get("warm_up_limit")
+    if r["state"] == "active" and limit is not None:
+        return Text(f"warming {limit}", style="yellow")
+    return Text(r["state"], style=_STATE_STYLE.get(r["state"], ""))
 
 
 def capacity_cell(r: State) -> Text:

@@ -52,6 +52,7 @@ SORTS: tuple[str, ...] = ("node", "util", "mem", "load", "ttft", "state")
 
 _STATE_SYMBOL = {
     "active": ("●", Tone.OK),
+    "warming": ("◔", Tone.ACCENT),
     "draining": ("◐", Tone.WARN),
     "drained": ("○", Tone.DIM),
     "ejected": ("✖", Tone.BAD),
@@ -71,6 +72,7 @@ _STATE_RANK = {
     "stale": 5,
     "draining": 6,
     "drained": 7,
+    "warming": 8,
 }
 
 
@@ -124,7 +126,8 @@ def shown_state(
     ``failing``: in service, but its latest request or health check failed (the router's
     health monitor), so it cannot be counted on to take a request before it is ejected.
     ``mismatch``: in service, but its ``/v1/models`` leaves out the model the fleet file
-    declares for it (it gets none of that model's requests)."""
+    declares for it (it gets none of that model's requests). ``warming``: back in service,
+    its slot limit still growing (slow start, router/slow_start.py)."""
     if replica is None:
         return "spare"
     if replica.state == "ejected":
@@ -139,6 +142,8 @@ def shown_state(
         return "mismatch"
     if replica.stale or (feed is not None and feed.stale):
         return "stale"
+    if replica.warm_up_limit is not None:
+        return "warming"
     return "active"
 
 

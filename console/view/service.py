@@ -2,8 +2,8 @@
 
 One answer for every pane: the header's imbalance, the GPU-models pane's ``Up`` and the
 alerts all count from the rows' shown states, so no pane says a replica is up while its row
-says offline. A replica is up while every GPU of it reads ``active`` or ``stale`` (old data
-is not a fault); ejected, failing, offline, lost, draining and drained replicas are not.
+says offline. A replica is up while every GPU of it reads ``active``, ``warming`` or ``stale``
+(old data is not a fault); ejected, failing, offline, lost, draining and drained replicas are not.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from console.view.fleet import GpuRow
 from router.snapshot import FleetSnapshot
 
-UP_STATES = frozenset({"active", "stale"})
+UP_STATES = frozenset({"active", "warming", "stale"})
 
 
 @dataclass(frozen=True, slots=True)
