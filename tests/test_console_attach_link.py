@@ -266,9 +266,11 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
         admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
     )
     try:
+        assert backend.decisions("r0") is None  # not fetched yet: not "none chose it"
         for _ in range(3):  # the detail is open: it asks at each refresh
             backend.decisions("r0")
             await backend.poll()
+            assert backend.decisions("r0") == []  # fetched: none chose it
             clock.advance(1.0)
         assert cable.asked["/admin/decisions"] == 3
         clock.advance(DECISIONS_WANTED_POLLS * backend.interval())  # closed: nobody asks
@@ -276,7 +278,7 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
             await backend.poll()
             clock.advance(1.0)
         assert cable.asked["/admin/decisions"] == 3
-        assert backend.decisions("r0") == []  # none kept from before
+        assert backend.decisions("r0") is None  # none kept from before
         assert cable.replicas_asked == ["r0"] * 3  # that replica's decisions only
     finally:
         await admin.aclose()

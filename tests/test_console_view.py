@@ -10,7 +10,7 @@ from console.actions import ACTIONS, BY_ID, RESERVED_KEYS, resolve_keys
 from console.backend import samples_from
 from console.screens.value_input import Answer, parse_value
 from console.view.capacity import capacity_lines
-from console.view.detail import facts
+from console.view.detail import decision_lines, facts
 from console.view.events import Watch, alerts, event_line
 from console.view.fleet import COLUMNS, SORTS, gpu_rows, select, state_cell, table_rows
 from console.view.format import Tone, bar, duration, sparkline, tokens
@@ -114,6 +114,14 @@ def test_a_replica_back_in_service_reads_warming_counts_as_up_and_its_detail_say
     assert service(rows).up == {"r0", "r1", "r2", "r3"}
     (r2,) = [r for r in snap.replicas if r.id == "r2"]
     assert "(warming up: 1 for now)" in "".join(text for line in facts(r2) for text, _ in line)
+
+
+def test_decisions_not_fetched_yet_are_not_shown_as_none_having_chosen_the_replica() -> None:
+    assert decision_lines([], "r0", 0.0) == [
+        (("No recent decision chose this replica.", Tone.DIM),)
+    ]
+    ((pending,),) = decision_lines(None, "r0", 0.0)
+    assert pending[0].startswith("Fetching the recent decisions")
 
 
 def test_sort_and_filter_choose_and_order_rows() -> None:

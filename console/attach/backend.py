@@ -107,6 +107,8 @@ class RemoteBackend:
         self._decisions: list[Explanation] = []
         self._decisions_for: str | None = None
         """The replica whose decisions the polls fetch (the detail open last)."""
+        self._decisions_of: str | None = None
+        """The replica whose decisions the latest poll fetched; None: that poll fetched none."""
         self._decisions_asked_at: float | None = None
         self._running_asked_at: float | None = None
         self._rollout: RolloutProgress | None = None
@@ -146,9 +148,10 @@ class RemoteBackend:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation]:
+    def decisions(self, replica_id: str, limit: int = 20) -> list[Explanation] | None:
         """As of the latest poll; asking makes the polls fetch them for as long as they are
-        asked for, at once when they were not."""
+        asked for, at once when they were not. None until a poll has fetched that replica's:
+        an empty list would say that no decision chose it."""
         now = self.clock()
         if not self._wants(self._decisions_asked_at, now):
             self._wake.set()
@@ -156,6 +159,8 @@ class RemoteBackend:
         if replica_id != self._decisions_for:
             self._decisions_for, self._decisions = replica_id, []
             self._wake.set()
+        if self._decisions_of != replica_id:
+            return None
         # A router from before ``?replica=`` answers every replica's: filtered here too.
         out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
         return out[:limit]
@@ -264,10 +269,9 @@ class RemoteBackend:
             if self._splits_served:
                 await self._poll_split()
             wanted = self._wants(self._decisions_asked_at, self.clock())
-            replica = self._decisions_for
-            self._decisions = (
-                await fetch_decisions(self.admin, replica) if wanted and replica else []
-            )
+            replica = self._decisions_for if wanted else None
+            self._decisions = await fetch_decisions(self.admin, replica) if replica else []
+            self._decisions_of = replica
         except GpuRouterError as exc:
             return self.link.failed(str(exc))
         self.link.answered()

@@ -30,7 +30,8 @@ from router.strategies import Explanation
 class DetailData:
     replica: ReplicaSnapshot | None
     history: ReplicaHistory | None
-    decisions: list[Explanation]
+    decisions: list[Explanation] | None
+    """None: not fetched yet."""
     now: float
 
 

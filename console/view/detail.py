@@ -73,9 +73,12 @@ def _score(value: float | None) -> str:
 
 
 def decision_lines(
-    decisions: Sequence[Explanation], replica: str, now: float
+    decisions: Sequence[Explanation] | None, replica: str, now: float
 ) -> list[tuple[Cell, ...]]:
-    """Newest first: when, which request, the chosen score against the best others'."""
+    """Newest first: when, which request, the chosen score against the best others'; None:
+    not fetched yet (an attached console asks its router at its next poll)."""
+    if decisions is None:
+        return [(("Fetching the recent decisions from the router…", Tone.DIM),)]
     if not decisions:
         return [(("No recent decision chose this replica.", Tone.DIM),)]
     lines: list[tuple[Cell, ...]] = []
