@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import re
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -26,7 +27,7 @@ from console.widgets.events_pane import EventsPane
 from console.widgets.filter_input import FilterInput
 from console.widgets.fleet_table import FleetTable
 from router.replica import ReplicaState
-from router.strategies import STRATEGIES
+from router.strategies import STRATEGIES, Explanation
 from tests.console_helpers import (
     Rig,
     drawn_text,
@@ -443,6 +444,36 @@ async def test_detail_view_shows_decisions_and_history() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, ReplicaDetail)
+
+
+async def test_decisions_still_being_fetched_show_as_soon_as_they_come_not_at_the_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attached console's backend answers None until its poll brings the decisions: the
+    detail says it is fetching them, then shows them when they come, with no refresh."""
+    rig = loaded_rig()
+    app = app_for(rig)
+    backend = type(rig.backend)
+    fetched = backend.decisions
+    arrived = False
+
+    def decisions(self: Any, replica: str, limit: int = 20) -> list[Explanation] | None:
+        return fetched(self, replica, limit) if arrived else None
+
+    monkeypatch.setattr(backend, "decisions", decisions)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("i")
+        await pilot.pause()
+        lines = app.screen.query_one("#decision-lines", Static)
+        assert str(lines.render()).startswith("Fetching the recent decisions")
+        arrived = True
+        for _ in range(50):  # bounded: the detail looks again every FETCH_CHECK_S
+            await pilot.pause(0.1)
+            if "Fetching" not in str(lines.render()):
+                break
+        shown = str(lines.render())
+        assert "Fetching" not in shown
+        assert "No recent decision" not in shown  # the decisions that chose r0
 
 
 async def test_detail_view_shows_the_replicas_learned_capacity_block() -> None:

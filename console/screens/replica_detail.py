@@ -44,6 +44,10 @@ def _lines(lines: list[tuple[Cell, ...]] | tuple[tuple[Cell, ...], ...], styles:
     return text
 
 
+FETCH_CHECK_S = 0.1
+"""While the decisions are being fetched (an attached console), how often the detail looks
+again: they show as soon as the poll it asked for lands, not at the next refresh."""
+
 TTFT_LABEL = "TTFT p50 (last 2 min)"
 THRU_LABEL = "Throughput, req/s"
 
@@ -79,6 +83,7 @@ class ReplicaDetail(Screen[None]):
         self.refreshed = refreshed
         self.data = data
         self.tones = styles
+        self._looking_again = False
 
     def compose(self) -> ComposeResult:
         yield SteadyStatic(id="facts")
@@ -130,6 +135,14 @@ class ReplicaDetail(Screen[None]):
         self._charts(d.history)
         lines = decision_lines(d.decisions, self.replica, d.now)
         self._put("#decision-lines", _lines(lines, self.tones))
+        if d.decisions is None and not self._looking_again:
+            self._looking_again = True
+            self.set_timer(FETCH_CHECK_S, self._look_again)
+
+    def _look_again(self) -> None:
+        self._looking_again = False
+        if self in self.app.screen_stack:  # closed meanwhile: its next open draws afresh
+            self.redraw()
 
     def _put(self, selector: str, text: Text) -> None:
         self.query_one(selector, SteadyStatic).put(text)
