@@ -327,8 +327,19 @@ class RouterCore:
 
     def engines_read(self) -> list[TunerChange]:
         """The engines' metrics were just read (the poller, after each pass): the batch tuner
-        checks the new readings, and waiting requests may go to freed KV cache."""
+        checks the new readings, each replica's KV booking takes the engine's usage as its
+        scale, and waiting requests may go to freed KV cache."""
+        for r in self.pool.replicas:
+            self._calibrate_kv(r)
         return self._tuned(self.tuner.readings(self.pool.replicas, self.clock()))
+
+    def _calibrate_kv(self, r: Replica) -> None:
+        e, capacity = r.engine, r.kv_limit
+        if e is None or e.kv_usage is None or capacity is None:
+            return
+        was_full = r.kv.full(capacity)
+        if r.kv.calibrate(e.kv_usage, capacity, e.received_at) and r.kv.full(capacity) != was_full:
+            self.pool.changed(r)
 
     def _tuned(self, changes: list[TunerChange]) -> list[TunerChange]:
         for r in {self.replica(c.replica) for c in changes}:
@@ -424,6 +435,7 @@ class RouterCore:
         self.stats[r.index].cost_sent.add(now, req.cost)
         r.running[req.id] = req
         r.own_cost += req.cost
+        r.kv.add(req)
         if self.shared is not None:
             self.shared.publish(r)
         self._running[req.id] = a
@@ -555,6 +567,7 @@ class RouterCore:
 
     def _attach(self, strategy: Strategy) -> Strategy:
         strategy.telemetry_stale_after_s = 3 * self.fleet.broker.sample_period_s
+        self.pool.guard_kv(strategy.books_kv)
         strategy.attach(self.pool)
         self.pool.listener = strategy.update
         return strategy
@@ -570,6 +583,7 @@ class RouterCore:
         del r.running[a.request.id]
         # Recomputing when empty keeps float drift from piling up over millions of requests.
         r.own_cost = r.own_cost - a.request.cost if r.running else 0.0
+        r.kv.remove(a.request, empty=not r.running)
         if self.shared is not None:
             self.shared.publish(r)
 

@@ -46,6 +46,13 @@ class ReplicaPool:
         if self.listener is not None:
             self.listener(replica)
 
+    def guard_kv(self, on: bool) -> None:
+        """Whether a KV cache booked full closes a replica's slots (``Replica.kv_guard``):
+        set on every replica, the open index kept true, for the strategy about to attach."""
+        for r in self.replicas:
+            r.kv_guard = on
+            self._index(r)
+
     @property
     def open_count(self) -> int:
         """Replicas that are active and have a free slot."""

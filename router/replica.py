@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from router.config.schema import ReplicaConfig
 from router.ewma import Ewma, PeakEwma
+from router.kv_budget import KvBook
 from router.request import Request
 
 
@@ -112,6 +113,12 @@ class Replica:
     slowdown_norm: Ewma = field(default_factory=Ewma)
     """The same ratio's slow plain average: what is usual for this replica (requests share
     the engine with later arrivals, so the ratio is not 1 even when the rate is right)."""
+    kv: KvBook = field(default_factory=KvBook)
+    """What this router's requests there book of the KV cache, scaled by the engine's own
+    usage (router/kv_budget.py)."""
+    kv_guard: bool = True
+    """Whether a KV cache booked full closes its slots: off under the fixed splits, which
+    stay the references they are (``Strategy.books_kv``)."""
     warm_up_limit: int | None = None
     """While it warms up after its return to service, the most requests it may run
     (router/slow_start.py); None: only the batch size limits it."""
@@ -185,11 +192,17 @@ class Replica:
         Sibling workers' requests get no slack: the load table is read before each pick.
         Two workers that pick at the same instant can both take the last slot, so with
         ``N`` workers a replica holds at most ``batch_size + N - 1`` (router/workers).
-        A replica warming up after its return to service has fewer slots for now."""
+        A replica warming up after its return to service has fewer slots for now, and one
+        whose KV cache is booked full has none (router/kv_budget.py), except under a fixed
+        split."""
         limit = self.batch_size
         if self.warm_up_limit is not None:
             limit = min(limit, self.warm_up_limit)
-        return self.state is ReplicaState.ACTIVE and self.in_flight < limit + self.peers
+        return (
+            self.state is ReplicaState.ACTIVE
+            and self.in_flight < limit + self.peers
+            and not (self.kv_guard and self.kv.full(self.kv_limit))
+        )
 
     def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:
         """Busy fraction 0..1 and whether it came from fresh GPU telemetry.

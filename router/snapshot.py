@@ -92,6 +92,14 @@ class ReplicaSnapshot:
     warm_up_limit: int | None = None
     """Back in service and warming up: the most requests it may run for now
     (router/slow_start.py); None: only the batch size limits it."""
+    kv_booked_tokens: float | None = None
+    """The router's booking of its KV cache (router/kv_budget.py): its requests' prompts and
+    half their ``max_tokens``, scaled by the engine's own usage; None when the cache's size is
+    not known for certain (the engine's figure or the fleet file's)."""
+    kv_booking_scale: float = 1.0
+    """The engine's reported usage over the booking, as learned (1.0 until it says)."""
+    kv_full: bool = False
+    """Booked past ``kv_budget.FULL_AT`` of its cache: it takes no more requests for now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +251,9 @@ def _replica(
         version=r.version,
         state_reason=r.state_reason,
         warm_up_limit=r.warm_up_limit,
+        kv_booked_tokens=None if r.kv_limit is None else r.kv.tokens,
+        kv_booking_scale=r.kv.scale,
+        kv_full=r.kv.full(r.kv_limit),
     )
 
 

@@ -228,6 +228,16 @@ def test_capacity_block_of_a_replica_never_measured_or_pinned_by_an_operator() -
     )
     assert _text(versus) == "prior 8.3 req/s   measured — (nothing completed yet)"
     assert _text(kv) == "KV cache 80k tokens  from fleet file   engine preemptions —"
+    booked = replace(fresh, kv_booked_tokens=20_000.0)
+    assert _text(capacity_lines(booked)[2]) == (
+        "KV cache 80k tokens  from fleet file   25% booked   engine preemptions —"
+    )
+    full = replace(fresh, kv_booked_tokens=73_000.0, kv_booking_scale=0.5, kv_full=True)
+    kv_line = capacity_lines(full)[2]
+    assert _text(kv_line) == (
+        "KV cache 80k tokens  from fleet file   91% booked, full (x0.50)   engine preemptions —"
+    )
+    assert ("91% booked, full", Tone.WARN) in kv_line
     pinned = replace(fresh, capacity_source="operator", capacity_rps=20.0)
     learned, versus, _ = capacity_lines(pinned)
     assert "from operator" in _text(learned)

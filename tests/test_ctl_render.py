@@ -149,6 +149,13 @@ def test_capacity_and_kv_cells_name_their_source_and_only_a_refined_figure_has_a
         "1.2M tok engine 400ms"
     )
     assert kv_cell({"kv_capacity_tokens": None}) == "—"
+    booked = {**kv, "kv_capacity_source": "engine", "kv_capacity_age_s": 0.4}
+    assert kv_cell({**booked, "kv_booked_tokens": 744_000.0, "kv_full": False}) == (
+        "1.2M tok engine 400ms, 62% booked"
+    )
+    assert kv_cell({**booked, "kv_booked_tokens": 1_092_000.0, "kv_full": True}) == (
+        "1.2M tok engine 400ms, 91% booked, full"
+    )
 
 
 def test_a_router_that_does_not_learn_capacity_gets_no_capacity_table() -> None:

@@ -14,7 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from console.view.capacity import kv, learned
+from console.view.capacity import booked, kv, learned
 from console.view.format import NONE, duration, number, pct, rate
 
 __all__ = [
@@ -154,8 +154,11 @@ def capacity_cell(r: State) -> Text:
 
 
 def kv_cell(r: State) -> str:
-    """KV-cache size and its source: ``450k tok engine 2.0s``, ``80k tok fleet file``, ``—``."""
-    return kv(r.get("kv_capacity_tokens"), r.get("kv_capacity_source"), r.get("kv_capacity_age_s"))
+    """KV-cache size and its source, and the router's booking of it where the size is certain:
+    ``450k tok engine 2.0s, 62% booked``, ``80k tok fleet file, 0% booked``, ``—``."""
+    size = kv(r.get("kv_capacity_tokens"), r.get("kv_capacity_source"), r.get("kv_capacity_age_s"))
+    load = booked(r.get("kv_booked_tokens"), r.get("kv_capacity_tokens"), bool(r.get("kv_full")))
+    return f"{size}, {load}" if load else size
 
 
 def load_cell(r: State) -> str:

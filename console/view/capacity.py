@@ -1,8 +1,9 @@
 """A replica's learned capacity in words: how much it can do, and where each figure came from.
 
 The router learns each replica's service rate and KV-cache size (router/capacity.py); every
-figure carries its source and, where it has one, its age. ``learned`` and ``kv`` are the short
-forms ``gpurouter ctl status`` prints; ``capacity_lines`` is the replica detail screen's block.
+figure carries its source and, where it has one, its age. ``learned``, ``kv`` and ``booked``
+are the short forms ``gpurouter ctl status`` prints; ``capacity_lines`` is the replica detail
+screen's block.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from console.view.format import NONE, Cell, Tone, duration, pct, rate, tokens
 from router.snapshot import ReplicaSnapshot
 
-__all__ = ["capacity_lines", "kv", "learned"]
+__all__ = ["booked", "capacity_lines", "kv", "learned"]
 
 
 def learned(rps: float, source: str, age_s: float | None) -> str:
@@ -27,6 +28,25 @@ def kv(count: int | None, source: str | None, age_s: float | None) -> str:
         return NONE
     text = f"{tokens(count)} tok {source or ''}".rstrip()
     return text if age_s is None else f"{text} {duration(age_s)}"
+
+
+def booked(booked_tokens: float | None, capacity: int | None, full: bool) -> str:
+    """``62% booked``, ``91% booked, full``: the router's booking of the KV cache
+    (router/kv_budget.py) over its size; ``""`` when the size is not known for certain."""
+    if booked_tokens is None or not capacity:
+        return ""
+    text = f"{pct(booked_tokens / capacity)} booked"
+    return f"{text}, full" if full else text
+
+
+def _booking(r: ReplicaSnapshot) -> list[Cell]:
+    text = booked(r.kv_booked_tokens, r.kv_capacity_tokens, r.kv_full)
+    if not text:
+        return []
+    cells: list[Cell] = [("   ", Tone.DIM), (text, Tone.WARN if r.kv_full else Tone.NORMAL)]
+    if r.kv_booking_scale != 1.0:  # the engine's usage has rescaled the booking
+        cells.append((f" (x{r.kv_booking_scale:.2f})", Tone.DIM))
+    return cells
 
 
 def capacity_lines(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
@@ -84,6 +104,7 @@ def capacity_lines(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
             ("KV cache ", Tone.DIM),
             kv_size,
             *kv_from,
+            *_booking(r),
             ("   engine preemptions ", Tone.DIM),
             preemptions,
         ),

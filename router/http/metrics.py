@@ -45,6 +45,7 @@ from router.core import Assignment, CoreListener, Finished, Outcome, RouterCore
 from router.http.feed_metrics import FeedCollector
 from router.http.responses import ResponseCounter
 from router.imbalance import counted, imbalance_factor
+from router.kv_budget import FULL_AT
 from router.replica import ReplicaState
 from router.snapshot import replica_loads
 from router.telemetry.status import TelemetryStatus
@@ -257,6 +258,12 @@ def _capacity(core: RouterCore) -> Iterable[Metric]:
         "Learned KV-cache size in tokens, by source (engine, fleet file, prior).",
         labels=["replica", "source"],
     )
+    booked = GaugeMetricFamily(
+        "gpurouter_replica_kv_booked_tokens",
+        "The router's booking of the KV cache (prompts and half of max_tokens, scaled by the "
+        f"engine's usage); a replica booked to {FULL_AT:.0%} of its cache takes no more requests.",
+        labels=["replica"],
+    )
     now = core.clock()
     for r in core.pool:
         e = core.capacity.estimate(r, now)
@@ -265,7 +272,9 @@ def _capacity(core: RouterCore) -> Iterable[Metric]:
             age.add_metric([r.id], e.rate_age_s)
         if e.kv_tokens is not None and e.kv_source is not None:
             kv.add_metric([r.id, str(e.kv_source)], e.kv_tokens)
-    return rps, age, kv
+        if r.kv_limit is not None:
+            booked.add_metric([r.id], r.kv.tokens)
+    return rps, age, kv, booked
 
 
 def _queue(core: RouterCore) -> Iterable[Metric]:

@@ -59,6 +59,9 @@ class Strategy(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     """One line, shown in the console's strategy picker."""
+    books_kv: ClassVar[bool] = True
+    """Whether a replica whose KV cache the router has booked full (router/kv_budget.py)
+    has no free slot. The fixed splits turn it off: they stay the references they are."""
     telemetry_stale_after_s: float = 3.0
     """Age past which GPU telemetry is stale (the core sets 3 sample periods); explanations
     say so for each replica whose telemetry is older."""

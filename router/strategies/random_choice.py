@@ -19,6 +19,7 @@ from router.strategies.base import Strategy
 
 class RandomChoice(Strategy):
     name = "random"
+    books_kv = False
     summary = "Uniformly at random among replicas with a free slot; ignores speed and load."
 
     def pick(self, request: Request, now: float) -> Replica | None:
@@ -37,6 +38,7 @@ class RandomChoice(Strategy):
 
 class WeightedRandom(Strategy):
     name = "weighted-random"
+    books_kv = False
     summary = "At random, with odds proportional to weight: strong cards are drawn more often."
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:

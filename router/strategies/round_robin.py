@@ -13,6 +13,7 @@ from router.strategies.base import Strategy
 
 class RoundRobin(Strategy):
     name = "round-robin"
+    books_kv = False
     summary = "Each replica in turn; ignores speed and load (the baseline)."
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:

@@ -43,6 +43,7 @@ _REL_EPS = 1e-12
 
 class WeightedRoundRobin(Strategy):
     name = "weighted-round-robin"
+    books_kv = False
     summary = "Turns in proportion to weight, interleaved evenly (smooth, like nginx)."
 
     def __init__(self, rng: random.Random | None = None, **params: Any) -> None:
