@@ -329,7 +329,8 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
         n = rng.randint(1, 30)
         pool = make_pool([Spec(weight=rng.uniform(0.1, 8.0), batch_size=8) for _ in range(n)])
         weight = rng.choice([1.0, 5.0, 12.0])
-        s = attach("shortest-expected-delay", pool, {"wait_weight": weight})
+        limit = rng.choice([0.5, 100.0, NO_LIMIT])
+        s = attach("shortest-expected-delay", pool, {"wait_weight": weight, "wait_limit_s": limit})
         for _ in range(rng.randint(0, 60)):
             r = pool.replicas[rng.randrange(n)]
             if r.has_slot:
@@ -347,11 +348,12 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
         # requests ahead in the queue take the first ones.
         freeing = sum(r.in_flight * r.speed / r.outstanding_cost for r in full)
         turn = (req.waiting_ahead + 1) / freeing if full else math.inf
+        waits = [(r, max(r.outstanding_cost / r.speed / r.in_flight, turn)) for r in full]
         waiting = min(
             (
-                (r.outstanding_cost + req.cost) / r.speed
-                + weight * max(r.outstanding_cost / r.speed / r.in_flight, turn)
-                for r in full
+                (r.outstanding_cost + req.cost) / r.speed + weight * wait
+                for r, wait in waits
+                if wait <= limit
             ),
             default=math.inf,
         )
@@ -363,7 +365,10 @@ def test_sed_is_exact_against_a_brute_force_scan() -> None:
             assert (chosen.outstanding_cost + req.cost) / chosen.speed <= best * (1 + 1e-12)
 
 
-COMPLETION_ONLY = {"wait_weight": 1.0}
+NO_LIMIT = 1e9
+"""A ``wait_limit_s`` no wait in these pools reaches: their speeds are weights of 1 to 8 cost
+units a second, so their waits run to hundreds of seconds."""
+COMPLETION_ONLY = {"wait_weight": 1.0, "wait_limit_s": NO_LIMIT}
 """Shortest expected delay weighing a second in the router's queue as one of service."""
 
 
@@ -409,7 +414,7 @@ def test_sed_weighs_a_wait_in_the_queue_above_a_second_of_service() -> None:
     next slot 50 s away costs 250, and the slow card's free slot (400) wins where completion
     time alone (200) would keep the request waiting."""
     pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
-    s = attach("shortest-expected-delay", pool)
+    s = attach("shortest-expected-delay", pool, {"wait_limit_s": NO_LIMIT})
     fast, slow = pool.replicas
     dispatch(pool, fast, request(0, 400))
     dispatch(pool, fast, request(0, 400))  # full: backlog 100, a slot in 50
@@ -423,6 +428,26 @@ def test_sed_refuses_a_wait_weight_under_one() -> None:
     for bad in (0.5, -1, float("nan"), float("inf"), True, "5"):
         with pytest.raises(ControlError, match="wait_weight must be"):
             attach("shortest-expected-delay", make_pool([Spec()]), {"wait_weight": bad})
+
+
+def test_sed_never_waits_longer_than_its_wait_limit_for_a_full_replica() -> None:
+    """However much sooner the fast card would finish it, a request whose turn there is
+    further off than ``wait_limit_s`` takes the free slot: the whole wait would come before
+    its first token."""
+    for limit, waits in ((60.0, True), (40.0, False)):
+        pool = make_pool([Spec(weight=8.0, batch_size=2), Spec(weight=1.0, batch_size=2)])
+        s = attach("shortest-expected-delay", pool, {"wait_limit_s": limit})
+        fast, slow = pool.replicas
+        dispatch(pool, fast, request(0, 400))
+        dispatch(pool, fast, request(0, 400))  # full: backlog 100, a slot in 50
+        req = request(0, 4000)  # 100 + 5 * 50 + 500 = 850, far under the slow card's 4000
+        assert s.pick(req, 0.0) is (None if waits else slow)
+
+
+def test_sed_refuses_a_wait_limit_that_is_not_a_positive_number() -> None:
+    for bad in (0, -1, float("nan"), float("inf"), True, "0.5"):
+        with pytest.raises(ControlError, match="wait_limit_s must be"):
+            attach("shortest-expected-delay", make_pool([Spec()]), {"wait_limit_s": bad})
 
 
 # ---- power of two choices ------------------------------------------------------------------

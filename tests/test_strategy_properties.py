@@ -157,8 +157,8 @@ def _sed_full_card_is_sooner(s: Strategy, req: Request, can: list[Replica]) -> b
     """Shortest expected delay's reason to wait, from the replicas' raw state: an active
     replica with no free slot that fits the request would finish it, after its turn for a
     slot (one of its requests ending, or as many slots freeing on the full replicas as there
-    are requests ahead of it in the queue, plus one), sooner than the best replica with a
-    slot."""
+    are requests ahead of it in the queue, plus one, and no further off than its wait limit),
+    sooner than the best replica with a slot."""
     best = min((r.outstanding_cost + req.cost) / r.speed for r in can)
     full = [
         r
@@ -173,6 +173,8 @@ def _sed_full_card_is_sooner(s: Strategy, req: Request, can: list[Replica]) -> b
     for r in full:
         backlog = r.outstanding_cost / r.speed
         wait = max(backlog / max(r.in_flight, 1), turn)
+        if wait > getattr(s, "wait_limit_s", math.inf):
+            continue  # the whole wait would come before the first token
         if backlog + getattr(s, "wait_weight", 1.0) * wait + req.cost / r.speed < best:
             return True
     return False

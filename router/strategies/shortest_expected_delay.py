@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import closing
 from typing import Any
 
@@ -48,6 +48,14 @@ from router.replica import Replica, ReplicaState
 from router.request import Request
 from router.strategies._index import ScoreIndex
 from router.strategies.base import Strategy
+
+
+def _number(name: str, value: object, what: str, ok: Callable[[float], bool]) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    if not (math.isfinite(value) and ok(value)):
+        raise ValueError(f"{name} must be {what}, not {value!r}")
+    return float(value)
 
 
 def _backlog(r: Replica) -> float:
@@ -113,14 +121,16 @@ class ShortestExpectedDelay(Strategy):
     summary = "Least (queued work + this request) / learned capacity: finishes soonest."
 
     def __init__(
-        self, rng: random.Random | None = None, *, wait_weight: float = 5.0, **params: Any
+        self,
+        rng: random.Random | None = None,
+        *,
+        wait_weight: float = 5.0,
+        wait_limit_s: float = 0.5,
+        **params: Any,
     ) -> None:
         super().__init__(rng, **params)
-        if isinstance(wait_weight, bool) or not isinstance(wait_weight, int | float):
-            raise ValueError(f"wait_weight must be a number, not {wait_weight!r}")
-        if not (math.isfinite(wait_weight) and wait_weight >= 1):
-            raise ValueError(f"wait_weight must be at least 1, not {wait_weight!r}")
-        self.wait_weight = float(wait_weight)
+        self.wait_weight = _number("wait_weight", wait_weight, "at least 1", lambda x: x >= 1)
+        self.wait_limit_s = _number("wait_limit_s", wait_limit_s, "positive", lambda x: x > 0)
         self._groups: list[_Group] = []
         self._group_of: list[_Group] = []
 
@@ -130,6 +140,8 @@ class ShortestExpectedDelay(Strategy):
             "wait_weight": "seconds of completion time one second of waiting in the router's "
             "queue for a full replica counts for, against a free slot elsewhere (default 5; "
             "1 weighs completion time alone)",
+            "wait_limit_s": "longest expected wait for a full replica's slot worth taking; a "
+            "longer one is spent before the first token (default 0.5)",
         }
 
     def rebuild(self) -> None:
@@ -192,6 +204,8 @@ class ShortestExpectedDelay(Strategy):
         turn = (request.waiting_ahead + 1) / freeing if freeing > 0 else math.inf
         for r in full:
             wait = max(_backlog(r) / max(_seen(r), 1), turn)
+            if wait > self.wait_limit_s:
+                continue
             if _backlog(r) + self.wait_weight * wait + cost / r.speed < best_score:
                 return True
         return False
