@@ -338,7 +338,9 @@ class RouterCore:
         if e is None or e.kv_usage is None or capacity is None:
             return
         was_full = r.kv.full(capacity)
-        if r.kv.calibrate(e.kv_usage, capacity, e.received_at) and r.kv.full(capacity) != was_full:
+        queued = bool(e.waiting)
+        moved = r.kv.calibrate(e.kv_usage, capacity, e.received_at, queued)
+        if moved and r.kv.full(capacity) != was_full:
             self.pool.changed(r)
 
     def _tuned(self, changes: list[TunerChange]) -> list[TunerChange]:

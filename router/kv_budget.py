@@ -14,7 +14,9 @@ on average over its life if it generates them all (the performance model's satur
 the same mean, router/perf/model.py). Clients often allow far more tokens than they
 generate, and other routers or worker processes send the same engine requests this router
 does not book; so the booking is scaled by what the engine itself reports. Each new reading
-of its KV usage, over what the router had booked when it came, moves the scale; between
+of its KV usage, over what the router had booked when it came, moves the scale, unless the
+engine says requests wait in its own queue (booked, they hold no cache yet: such readings
+would scale the booking down exactly when the cache is full, and more would be sent); between
 readings the booking moves at once with every request sent and ended. Without the engine's
 usage (an engine that does not publish it) the scale stays 1.
 """
@@ -72,12 +74,14 @@ class KvBook:
         """Booked to ``FULL_AT`` of ``capacity`` or more (never when the size is unknown)."""
         return capacity is not None and self.tokens >= FULL_AT * capacity
 
-    def calibrate(self, usage: float, capacity: int, read_at: float) -> bool:
-        """Move the scale towards the engine's reading; returns whether it moved."""
+    def calibrate(self, usage: float, capacity: int, read_at: float, queued: bool) -> bool:
+        """Move the scale towards the engine's reading; returns whether it moved. ``queued``:
+        the engine said requests wait in its own queue. Those are booked but hold no cache
+        yet, so such a reading would scale the booking down just when the cache is full."""
         if read_at <= self.read_at:
             return False
         self.read_at = read_at
-        if self.booked < MIN_BOOKED_SHARE * capacity:
+        if queued or self.booked < MIN_BOOKED_SHARE * capacity:
             return False
         low, high = SCALE_BOUNDS
         ratio = min(high, max(low, usage * capacity / self.booked))

@@ -66,25 +66,45 @@ def test_the_booking_is_the_sum_of_the_running_requests_and_nothing_once_they_en
 def test_each_reading_moves_the_scale_towards_the_engines_usage_once() -> None:
     book = KvBook()
     book.add(request(0, prompt=4000, max_tokens=2000))  # booked 5,000 of 10,000
-    assert book.calibrate(usage=0.25, capacity=10_000, read_at=1.0)  # engine: 2,500 held
+    assert book.calibrate(
+        usage=0.25, capacity=10_000, read_at=1.0, queued=False
+    )  # engine: 2,500 held
     first = book.scale
     assert 0.5 < first < 1.0
-    assert not book.calibrate(usage=0.25, capacity=10_000, read_at=1.0)  # the same reading
+    assert not book.calibrate(
+        usage=0.25, capacity=10_000, read_at=1.0, queued=False
+    )  # the same reading
     assert book.scale == first
     for t in range(2, 40):
-        book.calibrate(usage=0.25, capacity=10_000, read_at=float(t))
+        book.calibrate(usage=0.25, capacity=10_000, read_at=float(t), queued=False)
     assert book.scale == pytest.approx(0.5, rel=1e-3)
     assert book.tokens == pytest.approx(2500, rel=1e-3)
+
+
+def test_a_reading_with_requests_queued_inside_the_engine_leaves_the_scale_alone() -> None:
+    """Queued requests are booked but hold no cache yet: read then, a full cache would scale
+    the booking down and open the replica to more of them."""
+    core, clock, _ = make_core()
+    core.drain("r1")
+    for i in range(12):
+        core.submit(request(i))  # 9 sent (booked full), 3 wait in the router's queue
+    r0 = core.replica("r0")
+    for _ in range(10):
+        clock.advance(1.0)
+        r0.engine = EngineLoad("vllm", received_at=clock(), waiting=2, running=7, kv_usage=0.7)
+        core.engines_read()
+    assert r0.kv.scale == 1.0
+    assert (r0.in_flight, len(core.queue)) == (9, 3)
 
 
 def test_a_light_booking_or_a_wild_reading_cannot_throw_the_scale() -> None:
     book = KvBook()
     book.add(request(0, prompt=500, max_tokens=200))  # 600 of 10,000: under the share read
-    assert not book.calibrate(usage=0.9, capacity=10_000, read_at=1.0)
+    assert not book.calibrate(usage=0.9, capacity=10_000, read_at=1.0, queued=False)
     assert book.scale == 1.0
     book.add(request(1, prompt=4000, max_tokens=0))
     for t in range(2, 200):
-        book.calibrate(usage=1.0 if t % 2 else 0.0, capacity=10_000, read_at=float(t))
+        book.calibrate(usage=1.0 if t % 2 else 0.0, capacity=10_000, read_at=float(t), queued=False)
         assert SCALE_BOUNDS[0] <= book.scale <= SCALE_BOUNDS[1]
 
 
