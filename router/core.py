@@ -337,10 +337,10 @@ class RouterCore:
         e, capacity = r.engine, r.kv_limit
         if e is None or e.kv_usage is None or capacity is None:
             return
-        was_full = r.kv.full(capacity)
+        was_full = r.kv.full(capacity, r.in_flight)
         queued = bool(e.waiting)
-        moved = r.kv.calibrate(e.kv_usage, capacity, e.received_at, queued)
-        if moved and r.kv.full(capacity) != was_full:
+        moved = r.kv.calibrate(e.kv_usage, capacity, r.in_flight, e.received_at, queued)
+        if moved and r.kv.full(capacity, r.in_flight) != was_full:
             self.pool.changed(r)
 
     def _tuned(self, changes: list[TunerChange]) -> list[TunerChange]:
@@ -585,7 +585,7 @@ class RouterCore:
         del r.running[a.request.id]
         # Recomputing when empty keeps float drift from piling up over millions of requests.
         r.own_cost = r.own_cost - a.request.cost if r.running else 0.0
-        r.kv.remove(a.request, empty=not r.running)
+        r.kv.remove(a.request)
         if self.shared is not None:
             self.shared.publish(r)
 

@@ -201,7 +201,7 @@ class Replica:
         return (
             self.state is ReplicaState.ACTIVE
             and self.in_flight < limit + self.peers
-            and not (self.kv_guard and self.kv.full(self.kv_limit))
+            and not (self.kv_guard and self.kv.full(self.kv_limit, self.in_flight))
         )
 
     def utilization(self, now: float, stale_after_s: float) -> tuple[float, bool]:

@@ -251,9 +251,9 @@ def _replica(
         version=r.version,
         state_reason=r.state_reason,
         warm_up_limit=r.warm_up_limit,
-        kv_booked_tokens=None if r.kv_limit is None else r.kv.tokens,
+        kv_booked_tokens=None if r.kv_limit is None else r.kv.tokens(r.in_flight),
         kv_booking_scale=r.kv.scale,
-        kv_full=r.kv.full(r.kv_limit),
+        kv_full=r.kv.full(r.kv_limit, r.in_flight),
     )
 
 

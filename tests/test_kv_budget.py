@@ -54,31 +54,45 @@ def test_the_booking_is_the_sum_of_the_running_requests_and_nothing_once_they_en
     requests = [request(i, p, m) for i, (p, m) in enumerate(sizes)]
     for q in requests:
         book.add(q)
+    n = len(sizes)
     assert book.booked == pytest.approx(sum(p + m / 2 for p, m in sizes))
+    assert book.total(n) == book.booked  # nobody else's requests there
     capacity = 20_000
-    assert book.full(capacity) == (book.booked * scale >= FULL_AT * capacity)
-    assert not book.full(None)  # an unknown cache is never full
-    for k, q in enumerate(requests):
-        book.remove(q, empty=k == len(requests) - 1)
-    assert book.booked == 0.0
+    assert book.full(capacity, n) == (book.booked * scale >= FULL_AT * capacity)
+    assert not book.full(None, n)  # an unknown cache is never full
+    for q in requests:
+        book.remove(q)
+    assert (book.booked, book.count) == (0.0, 0)
 
 
 def test_each_reading_moves_the_scale_towards_the_engines_usage_once() -> None:
     book = KvBook()
     book.add(request(0, prompt=4000, max_tokens=2000))  # booked 5,000 of 10,000
-    assert book.calibrate(
-        usage=0.25, capacity=10_000, read_at=1.0, queued=False
-    )  # engine: 2,500 held
+
+    def read(at: float) -> bool:  # the engine holds 2,500
+        return book.calibrate(0.25, capacity=10_000, in_flight=1, read_at=at, queued=False)
+
+    assert read(1.0)
     first = book.scale
     assert 0.5 < first < 1.0
-    assert not book.calibrate(
-        usage=0.25, capacity=10_000, read_at=1.0, queued=False
-    )  # the same reading
+    assert not read(1.0)  # the same reading
     assert book.scale == first
     for t in range(2, 40):
-        book.calibrate(usage=0.25, capacity=10_000, read_at=float(t), queued=False)
+        read(float(t))
     assert book.scale == pytest.approx(0.5, rel=1e-3)
-    assert book.tokens == pytest.approx(2500, rel=1e-3)
+    assert book.tokens(1) == pytest.approx(2500, rel=1e-3)
+
+
+def test_other_workers_and_routers_requests_are_booked_at_the_mean_of_this_ones() -> None:
+    book = KvBook()
+    book.add(request(0, prompt=800, max_tokens=400))
+    book.add(request(1, prompt=1800, max_tokens=400))  # a mean of 1,500
+    assert book.total(in_flight=5) == 3000 + 3 * 1500
+    assert book.full(capacity=8000, in_flight=5)
+    assert not book.full(capacity=8000, in_flight=2)
+    for i in (0, 1):
+        book.remove(request(i, prompt=800 + 1000 * i, max_tokens=400))
+    assert book.total(in_flight=4) == 4 * 2000  # its last mean stands while only others run
 
 
 def test_a_reading_with_requests_queued_inside_the_engine_leaves_the_scale_alone() -> None:
@@ -100,11 +114,12 @@ def test_a_reading_with_requests_queued_inside_the_engine_leaves_the_scale_alone
 def test_a_light_booking_or_a_wild_reading_cannot_throw_the_scale() -> None:
     book = KvBook()
     book.add(request(0, prompt=500, max_tokens=200))  # 600 of 10,000: under the share read
-    assert not book.calibrate(usage=0.9, capacity=10_000, read_at=1.0, queued=False)
+    assert not book.calibrate(usage=0.9, capacity=10_000, in_flight=1, read_at=1.0, queued=False)
     assert book.scale == 1.0
     book.add(request(1, prompt=4000, max_tokens=0))
     for t in range(2, 200):
-        book.calibrate(usage=1.0 if t % 2 else 0.0, capacity=10_000, read_at=float(t), queued=False)
+        usage = 1.0 if t % 2 else 0.0
+        book.calibrate(usage, capacity=10_000, in_flight=2, read_at=float(t), queued=False)
         assert SCALE_BOUNDS[0] <= book.scale <= SCALE_BOUNDS[1]
 
 
@@ -114,7 +129,7 @@ def test_a_replica_booked_full_takes_no_more_and_the_next_request_goes_elsewhere
         core.submit(request(i))
     r0 = core.replica("r0")
     assert r0.in_flight == 5  # least-connections alternates until r0 is booked full
-    assert r0.kv.tokens == 5000
+    assert r0.kv.tokens(r0.in_flight) == 5000
     for i in range(9, 17):
         core.submit(request(i))
     assert r0.in_flight == 9
@@ -179,10 +194,24 @@ def test_the_fixed_splits_leave_the_booking_alone_and_a_switch_away_applies_it()
         core.submit(request(i))
     r0 = core.replica("r0")
     assert (r0.in_flight, len(core.queue)) == (10, 0)
-    assert r0.kv.full(r0.kv_limit)
+    assert r0.kv.full(r0.kv_limit, r0.in_flight)
     assert r0.has_slot
     core.set_strategy("shortest-expected-delay")
     assert not r0.has_slot
     assert core.pool.open_count == 0
     core.submit(request(10))
     assert (r0.in_flight, len(core.queue)) == (10, 1)
+
+
+def test_a_sibling_workers_requests_fill_the_booking_too() -> None:
+    """Under ``serve --workers N`` each worker sends its own requests; the load table's count
+    of the others' (``Replica.shared_in_flight``) is booked at this worker's mean."""
+    core, _, _ = make_core()
+    core.drain("r1")
+    for i in range(4):
+        core.submit(request(i))  # 4,000 booked by this worker
+    r0 = core.replica("r0")
+    assert r0.has_slot
+    r0.shared_in_flight = 5  # 5 more, another worker's
+    assert r0.kv.tokens(r0.in_flight) == 9000
+    assert not r0.has_slot

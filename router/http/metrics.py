@@ -273,7 +273,7 @@ def _capacity(core: RouterCore) -> Iterable[Metric]:
         if e.kv_tokens is not None and e.kv_source is not None:
             kv.add_metric([r.id, str(e.kv_source)], e.kv_tokens)
         if r.kv_limit is not None:
-            booked.add_metric([r.id], r.kv.tokens)
+            booked.add_metric([r.id], r.kv.tokens(r.in_flight))
     return rps, age, kv, booked
 
 
