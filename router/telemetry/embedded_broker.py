@@ -14,6 +14,8 @@ Why these choices:
 - **Its own process.** In the router's (and console's) event loop amqtt competes with them
   for the CPU; measured in bench/bench_ingest.py (docs/benchmarks.md). The child exits when
   its parent goes away (it watches its stdin), so no broker outlives the router.
+- **One race mended.** amqtt walks its subscription table across awaits; the table here
+  iterates over a copy (:class:`SnapshotIterDict`).
 
 ``python -m router.telemetry.embedded_broker --port 0`` runs one in the foreground and prints
 ``listening <host> <port>`` once it accepts connections.
@@ -28,7 +30,7 @@ import ipaddress
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from router.errors import TelemetryError
@@ -57,6 +59,29 @@ def check_loopback(host: str) -> str:
     except ValueError:
         pass
     raise TelemetryError(f"the embedded broker listens on loopback only, not {host!r}")
+
+
+class SnapshotIterDict(dict[str, Any]):
+    """A dict whose iteration walks a copy, so entries added or removed meanwhile are safe.
+
+    amqtt 0.12 iterates its subscription table across awaits (while a connecting client
+    acknowledges retained messages, and while a message is broadcast); another client's
+    subscribe or disconnect in that await changed the table and killed the walker's session
+    ("dictionary changed size during iteration"). The table holds one entry per topic filter,
+    a few dozen at most here, so the copies are cheap.
+    """
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(super().keys()))
+
+    def keys(self) -> Any:
+        return dict(list(super().items())).keys()
+
+    def items(self) -> Any:
+        return dict(list(super().items())).items()
+
+    def values(self) -> Any:
+        return dict(list(super().items())).values()
 
 
 def url_of(host: str, port: int) -> str:
@@ -167,6 +192,7 @@ async def _start_amqtt(host: str, port: int) -> tuple[Any, int]:
     for name in ("amqtt", "transitions"):  # amqtt logs every connection at INFO
         logging.getLogger(name).setLevel(logging.WARNING)
     broker = Broker(amqtt_config(host, port))
+    broker._subscriptions = SnapshotIterDict()  # see SnapshotIterDict: amqtt's race, mended
     try:
         await broker.start()
     except Exception as exc:  # amqtt wraps a taken port and more in BrokerError
