@@ -1,6 +1,7 @@
 """The gpurouter console: a live dashboard of the fleet and the operator's controls.
 
-The app holds no router state. Each refresh (a fixed timer, default 1 s) takes one snapshot
+The app holds no router state. Each refresh (a fixed timer, default 1 s; one due just after
+a key waits until the key's frames are out, ``KEY_FIRST_S``) takes one snapshot
 through the :class:`~console.backend.ConsoleBackend`, turns it into view models (pure
 functions in :mod:`console.view`) and hands them to the widgets, which redraw only what
 changed. Every control goes through the backend to the router's control surface, which
@@ -16,11 +17,15 @@ restart of the router before the events it numbers from 1 again.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Container
@@ -85,6 +90,18 @@ few seconds, stalling keys and, in the same loop, the router. Collected less oft
 young: a bench_console.py run at 160x48, watched with ``gc.callbacks``, had one full pass
 (11 ms) where it had eleven."""
 
+KEY_FIRST_S = 0.15
+"""A refresh waits until this long after the last key.
+
+A key's frames (a screen opened, a row moved) take 10-50 ms under the demo's load; a refresh
+landing in them (about 15 ms of the console's CPU, then a frame of its own) kept the screen
+changing for another 25-50 ms after the key's effect was drawn: the tail of the demo's
+key-to-screen latency (docs/benchmarks.md)."""
+
+KEY_FIRST_MAX_S = 0.5
+"""The longest a refresh waits for keys: keys that keep coming (a held arrow key) never hold
+the screen's figures back longer than this."""
+
 _HELP = "help"
 """The installed help screen's name."""
 _PICKER = "strategy-picker"
@@ -125,6 +142,7 @@ class ConsoleApp(SplitActions):
         read_only: bool = False,
         refresh_s: float | None = None,
         auto_refresh: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         config = backend.fleet.console
         source = backend.fleet.source
@@ -161,6 +179,9 @@ class ConsoleApp(SplitActions):
         self._watch: Watch | None = None
         self._cells: CellCache = {}
         self._timer: Timer | None = None
+        self._clock = clock
+        self._key_at = -math.inf
+        """When the last key reached the app (``clock`` seconds)."""
         self._unsubscribe: Callable[[], None] | None = None
         self._gc_before = gc.get_threshold()
         self._frozen = False
@@ -216,7 +237,24 @@ class ConsoleApp(SplitActions):
 
     # ---- data ------------------------------------------------------------------------------
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            self._key_at = self._clock()
+        await super().on_event(event)
+
     def _tick(self) -> None:
+        self._refresh_when_keys_allow(self._clock())
+
+    def _refresh_when_keys_allow(self, due: float) -> None:
+        now = self._clock()
+        wait = KEY_FIRST_S - (now - self._key_at)
+        if wait > 0 and now + wait - due <= KEY_FIRST_MAX_S:
+            retry = functools.partial(self._refresh_when_keys_allow, due)
+            self.set_timer(wait, retry, name="console-deferred")
+        else:
+            self._refresh_tick()
+
+    def _refresh_tick(self) -> None:
         # Not while the app shuts down: it takes the screens down before its own timers, and
         # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
         if not self.paused and self.is_running:

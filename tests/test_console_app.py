@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
 from console.actions import BY_ID
-from console.app import GC_THRESHOLDS, ConsoleApp
+from console.app import GC_THRESHOLDS, KEY_FIRST_MAX_S, KEY_FIRST_S, ConsoleApp
 from console.messages import FilterClosed
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
@@ -533,3 +533,46 @@ async def test_what_the_console_built_is_frozen_once_its_screens_are_ready_and_t
             await pilot.pause()
         assert gc.get_freeze_count() > frozen_before
     assert gc.get_freeze_count() == frozen_before
+
+
+async def test_a_refresh_due_just_after_a_key_waits_for_the_keys_within_a_bound() -> None:
+    now = [100.0]
+    app = ConsoleApp(loaded_rig().backend, auto_refresh=False, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        refreshed: list[float] = []
+        original = app.refresh_data
+
+        def counted(*, tick: bool = False) -> None:
+            refreshed.append(now[0])
+            original(tick=tick)
+
+        app.refresh_data = counted  # type: ignore[method-assign]
+
+        async def another_key(advance: float) -> None:
+            """The clock ``advance`` on, a key, then the deferred refresh's timer."""
+            now[0] += advance
+            await pilot.press("down")
+            await pilot.pause(KEY_FIRST_S * 1.5)
+
+        app._tick()
+        assert refreshed == [100.0]  # no key yet: at once
+        await pilot.press("down")
+        now[0] += KEY_FIRST_S / 3
+        app._tick()
+        assert refreshed == [100.0]  # the key's frames first
+        assert [t.name for t in app._timers].count("console-deferred") == 1
+        now[0] += KEY_FIRST_S
+        await pilot.pause(KEY_FIRST_S * 1.5)
+        assert refreshed == [100.0, 100.0 + KEY_FIRST_S * 4 / 3]  # then it came
+        now[0] += KEY_FIRST_S
+        app._tick()
+        assert len(refreshed) == 3  # the key is long past: at once again
+        due = now[0]
+        await pilot.press("down")
+        app._tick()
+        for _ in range(3):
+            await another_key(0.1)  # keys keep coming: it waits again
+            assert len(refreshed) == 3
+        await another_key(0.1)  # but not past the bound
+        assert len(refreshed) == 4
+        assert refreshed[3] - due <= KEY_FIRST_MAX_S
