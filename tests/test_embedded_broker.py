@@ -1,9 +1,9 @@
 """The embedded broker (amqtt) survives clients that connect while others subscribe.
 
-amqtt 0.12 walks its table of subscriptions when a client connects and waits, mid-walk, for
-the client to acknowledge each retained message it sends; a subscription made by another
-client in that wait changed the table under the walk, and the connecting client's session
-died ("dictionary changed size during iteration"). CI met it as a flaky telemetry test. A
+amqtt 0.12 walks its table of subscriptions when a client connects and waits, mid-walk,
+while it sends the client retained messages; a subscription made by another client in that
+wait changed the table under the walk, and the connecting client's session died
+("dictionary changed size during iteration"). CI met it as a flaky telemetry test. A
 raw MQTT 3.1.1 client here stops reading while a large retained message is sent to it, so the
 broker's wait (for room in the socket's buffer) is certain, and the subscribe lands inside it.
 """
