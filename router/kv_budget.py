@@ -71,10 +71,11 @@ class KvBook:
 
     def remove(self, request: Request) -> None:
         self.count -= 1
-        # Zero when nothing runs, so float drift cannot pile up over millions of requests.
-        self.booked = self.booked - booked_tokens(request) if self.count else 0.0
         if self.count:
+            self.booked -= booked_tokens(request)
             self.mean = self.booked / self.count
+        else:  # zero, so float drift cannot pile up over millions of requests; mean kept
+            self.booked = 0.0
 
     def total(self, in_flight: int) -> float:
         """The booking of all ``in_flight`` requests on the replica: this router's own, and
