@@ -259,11 +259,18 @@ class ConsoleApp(SplitActions):
         # a tick between the two found the dashboard's widgets gone (NoMatches on quit).
         if not self.paused and self.is_running:
             self.refresh_data(tick=True)
+            self._expect_detail()
             # The survivors of the young passes are collected a second's worth each time,
             # right after the frame (not before it, where a key landing on the tick waited
             # for it too), instead of all at once whenever a key lands on the collector's own
             # middle pass.
             self.call_after_refresh(gc.collect, 1)
+
+    def _expect_detail(self) -> None:
+        """On the dashboard, the selected row's detail is the one ``i`` would open."""
+        replica = self.selected_replica() if len(self.screen_stack) == 1 else None
+        if replica is not None:
+            self.backend.expect_detail(replica)
 
     def refresh_data(self, *, tick: bool = False) -> None:
         """One snapshot -> view models -> widgets. ``tick`` also records history."""

@@ -108,6 +108,11 @@ class Backend(Protocol):
         they are not known yet (an attached console has not fetched them)."""
         ...
 
+    def expect_detail(self, replica_id: str) -> None:
+        """``replica_id``'s detail may open next (its row is selected): an attached console
+        keeps its decisions fetched, so the detail opens with them drawn."""
+        ...
+
     def in_flight(self, replica_id: str) -> list[InFlight]: ...
 
     # ---- model rollouts (docs/rollouts.md): each refusal is a GpuRouterError -------------
@@ -219,6 +224,9 @@ class ConsoleBackend:
         """The newest routing decisions that chose ``replica_id``, newest first."""
         out = [d for d in reversed(self.core.decisions) if d.chosen == replica_id]
         return out[:limit]
+
+    def expect_detail(self, replica_id: str) -> None:
+        """Nothing to fetch: the decisions are in this process."""
 
     def in_flight(self, replica_id: str) -> list[InFlight]:
         """What runs on the replica now; empty for an unknown replica."""

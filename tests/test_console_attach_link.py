@@ -24,6 +24,7 @@ from router import ControlSurface, ManualClock, RouterCore
 from router.control import Event
 from router.http.admin import AdminApi
 from router.http.health import HealthMonitor
+from router.request import Request
 from tests.fleet_factory import make_fleet
 
 URL = "http://127.0.0.1:8001"
@@ -282,6 +283,57 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
         assert cable.replicas_asked == ["r0"] * 3  # that replica's decisions only
     finally:
         await admin.aclose()
+
+
+async def test_the_selected_rows_decisions_are_fetched_before_its_detail_opens() -> None:
+    """The dashboard names the selected row's replica at each refresh: the polls fetch its
+    decisions at their own pace (no poll woken for it), so its detail opens with them. A
+    replica selected and left again is not answered with another's decisions."""
+    clock = ManualClock(10.0)
+    core = RouterCore(make_fleet(batch_sizes=[64] * 4), clock=clock)
+    for i in range(8):
+        core.submit(Request(f"q{i}", 10, 10, arrival=clock()))
+    first, second = sorted({d.chosen for d in core.decisions if d.chosen is not None})[:2]
+    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
+    cable = Counting(api)
+    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
+    fleet = fleet_from_json(await admin.get("/admin/fleet"))
+    backend = RemoteBackend(
+        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
+    )
+    try:
+        backend.expect_detail(first)
+        assert not backend._wake.is_set()  # the next poll fetches them, when it is due
+        await backend.poll()
+        shown = backend.decisions(first)  # the detail opens: drawn at once
+        assert shown
+        assert all(d.chosen == first for d in shown)
+        assert not backend._wake.is_set()
+        backend.expect_detail(second)  # the cursor moves on, and back before a poll
+        assert backend.decisions(first) is None  # not "none chose it"
+        assert cable.replicas_asked == [first]
+    finally:
+        await admin.aclose()
+
+
+async def test_the_dashboard_names_the_selected_rows_replica_and_a_dialog_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ManualClock(10.0)
+    backend, _cable = await remote(clock)
+    expected: list[str] = []
+    monkeypatch.setattr(backend, "expect_detail", expected.append)
+    app = ConsoleApp(backend, auto_refresh=False)
+    try:
+        async with app.run_test(size=(120, 32)) as pilot:
+            app._refresh_tick()
+            assert expected == [app.selected_replica()] != [None]
+            await pilot.press("question_mark")
+            await pilot.pause()
+            app._refresh_tick()  # help is open: no row's detail is next
+            assert len(expected) == 1
+    finally:
+        await backend.admin.aclose()
 
 
 async def test_running_requests_are_fetched_while_a_confirmation_asks_and_not_after() -> None:

@@ -59,7 +59,8 @@ as the detail shows (200 of every replica's were 300 KB of JSON a poll, decoded 
 frame: the demo's slowest key, a detail at 158 ms)."""
 DECISIONS_WANTED_POLLS = 2.0
 """Decisions are fetched while asked for within this many poll intervals: an open detail
-asks at each refresh; once it is closed (or the console paused) they are not fetched."""
+asks at each refresh, and so does the dashboard for its selected row's replica; when neither
+asks (a dialog open over the dashboard, the console paused) they are not fetched."""
 
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
@@ -157,13 +158,26 @@ class RemoteBackend:
             self._wake.set()
         self._decisions_asked_at = now
         if replica_id != self._decisions_for:
-            self._decisions_for, self._decisions = replica_id, []
+            self._fetch_decisions_of(replica_id)
             self._wake.set()
         if self._decisions_of != replica_id:
             return None
         # A router from before ``?replica=`` answers every replica's: filtered here too.
         out = [d for d in reversed(self._decisions) if d.chosen == replica_id]
         return out[:limit]
+
+    def expect_detail(self, replica_id: str) -> None:
+        """The polls fetch ``replica_id``'s decisions from now on, at their own pace (a cursor
+        moving down the table wakes no poll): a detail opened on the selected row then draws
+        them at once, where a fetch asked for on opening drew them up to 200 ms after the
+        rest at the demo's load."""
+        self._decisions_asked_at = self.clock()
+        if replica_id != self._decisions_for:
+            self._fetch_decisions_of(replica_id)
+
+    def _fetch_decisions_of(self, replica_id: str) -> None:
+        # What the polls fetched is another replica's: none of it is this one's answer.
+        self._decisions_for, self._decisions, self._decisions_of = replica_id, [], None
 
     def in_flight(self, replica_id: str) -> list[InFlight]:
         """As of the latest poll; asking makes the polls fetch the requests running (a
