@@ -165,7 +165,7 @@ def test_the_failing_canary_example_rolls_itself_back_on_the_simulator() -> None
 def test_the_text_summary_of_a_simulated_canary_says_when_and_why_it_rolled_back() -> None:
     run = run_cli(str(EXAMPLES / "canary-failing.yaml"), "--simulate")
     assert run.code == 0, run.err
-    assert "  canary rolled back: started at 10.0 s, back to 0% at 46.1 s" in run.out
+    assert "  canary rolled back: started at 10.0 s, back to 0% at 45.9 s" in run.out
     assert "  error rate worse by more than 5% points: llama-3.1-8b-v2 error rate" in run.out
 
 
