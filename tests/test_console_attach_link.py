@@ -43,10 +43,31 @@ class Unplugged(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def remote(clock: ManualClock, **options: Any) -> tuple[RemoteBackend, Unplugged]:
-    core = RouterCore(make_fleet(), clock=clock)
+class Counting(Unplugged):
+    """The cable, counting the requests for each path."""
+
+    def __init__(self, api: AdminApi) -> None:
+        super().__init__(api)
+        self.asked: dict[str, int] = {}
+        self.replicas_asked: list[str] = []
+        """The ``replica`` of each request for decisions."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.asked[request.url.path] = self.asked.get(request.url.path, 0) + 1
+        if request.url.path == "/admin/decisions":
+            self.replicas_asked.append(request.url.params.get("replica", ""))
+        if request.url.params.get("running") == "1":
+            self.asked["running"] = self.asked.get("running", 0) + 1
+        return await super().handle_async_request(request)
+
+
+async def remote(
+    clock: ManualClock, core: RouterCore | None = None, **options: Any
+) -> tuple[RemoteBackend, Counting]:
+    """An attached backend on ``core``'s admin API (a fresh core of the test fleet if none)."""
+    core = core or RouterCore(make_fleet(), clock=clock)
     api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
-    cable = Unplugged(api)
+    cable = Counting(api)
     admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
     fleet = fleet_from_json(await admin.get("/admin/fleet"))
     backend = RemoteBackend(
@@ -234,38 +255,13 @@ async def test_a_command_while_the_router_is_away_is_reported_not_sent() -> None
         await backend.admin.aclose()
 
 
-class Counting(Unplugged):
-    """The cable, counting the requests for each path."""
-
-    def __init__(self, api: AdminApi) -> None:
-        super().__init__(api)
-        self.asked: dict[str, int] = {}
-        self.replicas_asked: list[str] = []
-        """The ``replica`` of each request for decisions."""
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.asked[request.url.path] = self.asked.get(request.url.path, 0) + 1
-        if request.url.path == "/admin/decisions":
-            self.replicas_asked.append(request.url.params.get("replica", ""))
-        if request.url.params.get("running") == "1":
-            self.asked["running"] = self.asked.get("running", 0) + 1
-        return await super().handle_async_request(request)
-
-
 async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after() -> None:
     """An open replica detail asks for its decisions at each refresh, and each poll fetches
     them; once nobody has asked for a while (the detail is closed), the polls stop fetching
     them, and only the open replica's: every replica's were hundreds of KB to rebuild each
     second on the console's loop."""
     clock = ManualClock(10.0)
-    core = RouterCore(make_fleet(), clock=clock)
-    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
-    cable = Counting(api)
-    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
-    fleet = fleet_from_json(await admin.get("/admin/fleet"))
-    backend = RemoteBackend(
-        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
-    )
+    backend, cable = await remote(clock)
     try:
         assert backend.decisions("r0") is None  # not fetched yet: not "none chose it"
         for _ in range(3):  # the detail is open: it asks at each refresh
@@ -282,7 +278,7 @@ async def test_decisions_are_fetched_while_a_detail_asks_for_them_and_not_after(
         assert backend.decisions("r0") is None  # none kept from before
         assert cable.replicas_asked == ["r0"] * 3  # that replica's decisions only
     finally:
-        await admin.aclose()
+        await backend.admin.aclose()
 
 
 async def test_the_selected_rows_decisions_are_fetched_before_its_detail_opens() -> None:
@@ -294,13 +290,7 @@ async def test_the_selected_rows_decisions_are_fetched_before_its_detail_opens()
     for i in range(8):
         core.submit(Request(f"q{i}", 10, 10, arrival=clock()))
     first, second = sorted({d.chosen for d in core.decisions if d.chosen is not None})[:2]
-    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
-    cable = Counting(api)
-    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
-    fleet = fleet_from_json(await admin.get("/admin/fleet"))
-    backend = RemoteBackend(
-        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
-    )
+    backend, cable = await remote(clock, core)
     try:
         backend.expect_detail(first)
         assert not backend._wake.is_set()  # the next poll fetches them, when it is due
@@ -313,7 +303,7 @@ async def test_the_selected_rows_decisions_are_fetched_before_its_detail_opens()
         assert backend.decisions(first) is None  # not "none chose it"
         assert cable.replicas_asked == [first]
     finally:
-        await admin.aclose()
+        await backend.admin.aclose()
 
 
 async def test_the_dashboard_names_the_selected_rows_replica_and_a_dialog_does_not(
@@ -342,14 +332,7 @@ async def test_running_requests_are_fetched_while_a_confirmation_asks_and_not_af
     out. At the demo's load they are 600-800 objects a second, whose garbage decided the
     console's slowest keys."""
     clock = ManualClock(10.0)
-    core = RouterCore(make_fleet(), clock=clock)
-    api = AdminApi(core, ControlSurface(core), HealthMonitor(core, core.fleet.router.health))
-    cable = Counting(api)
-    admin = AsyncAdmin(URL, token="t", actor="test", transport=cable)
-    fleet = fleet_from_json(await admin.get("/admin/fleet"))
-    backend = RemoteBackend(
-        admin, fleet, await fetch_state(admin), [], read_only=False, clock=clock
-    )
+    backend, cable = await remote(clock)
     try:
         for _ in range(3):
             await backend.poll()
@@ -366,4 +349,4 @@ async def test_running_requests_are_fetched_while_a_confirmation_asks_and_not_af
             clock.advance(1.0)
         assert cable.asked["running"] == 3
     finally:
-        await admin.aclose()
+        await backend.admin.aclose()
