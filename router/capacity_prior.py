@@ -47,10 +47,11 @@ is within about 3% of long runs at 1 to 7."""
 BUCKET = 1.02
 """Means within this factor share a fit."""
 WARMUP, MEASURE = 40, 1200
-"""Requests per closed-loop run: discarded, then counted. Each level counts its own draws of
-the lengths, and the curve is scaled to the best level's precise rate: with 400 the draws'
-differences bent its shape by 2-4% from one level to the next (read from long runs), with
-1,200 by 1-2%. A fit then takes 0.12-0.20 s of CPU (0.10-0.19 s with 400 and a level at 4)."""
+"""Requests per closed-loop run: discarded, then counted. Every level draws the same lengths
+in the same order but counts a different stretch of them, and the curve is scaled to the best
+level's precise rate: with 400 the stretches' differences bent its shape by 2-4% from one
+level to the next (read from long runs), with 1,200 by 1-2%. A fit then takes 0.12-0.20 s of
+CPU (0.10-0.19 s with 400 and a level at 4)."""
 PRECISE_MEASURE = 8000
 """Requests counted when the best level is run again for the saturation rate itself. On a
 card whose KV cache holds a few dozen requests, the short runs read the plateau 5-9% high on
@@ -192,8 +193,8 @@ def _fit(deployment: Deployment, mix: LengthMix, closed: WorkloadMix) -> Curve |
         return None  # the mix does not fit this card's cache: no prior from the model
     best = max(rates, key=lambda c: rates[c])
     top = _precise(make, mix, best)
-    # The short runs share their lengths' draws, so their error is much the same at every
-    # level: scaled to the precise figure, they keep the curve's shape.
+    # The short runs share their lengths' draws, so their errors are much alike from one
+    # level to the next (``MEASURE``): scaled to the precise figure, they keep the shape.
     scale = top / rates[best]
     rates = {c: rate * scale for c, rate in rates.items()}
     efficiency = [0.0] * (DEFAULT_MAX_NUM_SEQS + 1)
