@@ -1,6 +1,7 @@
 """``gpurouter serve --workers 2`` as processes over loopback against the emulator: each
 worker's least-connections counts both workers' requests; a worker killed under load loses no
-request it had not taken, and comes back; SIGTERM drains every worker and exits 0.
+request it had not taken, and comes back; one it had taken and not yet answered, the OpenAI
+client sends again; SIGTERM drains every worker and exits 0.
 
 Which worker takes a connection is the kernel's choice; the tests make it theirs by stopping
 (SIGSTOP) the workers that must not take it: a stopped process accepts nothing, and the
@@ -22,6 +23,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from openai import AsyncOpenAI
 
 from router.emulator import EmulatedFleet
 from tests.http_support import MODEL, Spec, hint
@@ -231,6 +233,40 @@ async def test_a_killed_worker_loses_no_request_it_had_not_taken_and_is_restarte
         assert [r["in_flight"] for r in state["replicas"]] == [0, 0]  # its row was zeroed
         metrics = (await service.client.get(service.front + "/metrics")).text
         assert 'gpurouter_worker_restarts_total{worker="1"} 1.0' in metrics
+
+
+async def test_a_request_a_killed_worker_held_before_its_first_byte_is_retried_by_the_client(
+    tmp_path: Path,
+) -> None:
+    """A request the killed worker had taken but not answered (no byte sent) ends with the
+    connection: the real OpenAI client, with its default retries, sends it again and gets its
+    answer from the other worker, so the caller loses nothing. (A stream already under way
+    has sent bytes and cannot be replayed: the test above.)"""
+    async with serving(tmp_path) as service:
+        w0, w1 = await service.pids()
+        client = AsyncOpenAI(base_url=service.front + "/v1", api_key="test", timeout=60)
+        try:
+            os.kill(w0, signal.SIGSTOP)  # worker 1 takes it
+            answer = asyncio.ensure_future(
+                client.completions.create(
+                    model=MODEL, prompt="p", max_tokens=300, extra_body=hint(20, 300)
+                )
+            )
+            for _ in range(400):  # bounded: until worker 1 has it on a replica
+                if sum((await own(service, 1)).values()) == 1:
+                    break
+                await asyncio.sleep(0.025)
+            else:
+                raise AssertionError("worker 1 never took the request")
+            assert not answer.done()  # not answered yet: no byte sent
+            os.kill(w0, signal.SIGCONT)
+            os.kill(w1, signal.SIGKILL)
+            completion = await asyncio.wait_for(answer, 60)
+            assert completion.choices[0].finish_reason == "length"
+            assert completion.usage is not None
+            assert completion.usage.completion_tokens == 300
+        finally:
+            await client.close()
 
 
 async def test_sigterm_lets_every_workers_requests_finish_and_exits_0(tmp_path: Path) -> None:
