@@ -153,13 +153,10 @@ class RemoteBackend:
         """As of the latest poll; asking makes the polls fetch them for as long as they are
         asked for, at once when they were not. None until a poll has fetched that replica's:
         an empty list would say that no decision chose it."""
-        now = self.clock()
-        if not self._wants(self._decisions_asked_at, now):
-            self._wake.set()
-        self._decisions_asked_at = now
-        if replica_id != self._decisions_for:
-            self._fetch_decisions_of(replica_id)
-            self._wake.set()
+        fresh = self._wants(self._decisions_asked_at, self.clock())
+        if not fresh or replica_id != self._decisions_for:
+            self._wake.set()  # a detail waits for them: fetched now, not at the next poll
+        self.expect_detail(replica_id)
         if self._decisions_of != replica_id:
             return None
         # A router from before ``?replica=`` answers every replica's: filtered here too.
@@ -173,11 +170,8 @@ class RemoteBackend:
         rest at the demo's load."""
         self._decisions_asked_at = self.clock()
         if replica_id != self._decisions_for:
-            self._fetch_decisions_of(replica_id)
-
-    def _fetch_decisions_of(self, replica_id: str) -> None:
-        # What the polls fetched is another replica's: none of it is this one's answer.
-        self._decisions_for, self._decisions, self._decisions_of = replica_id, [], None
+            # What the polls fetched is another replica's: none of it is this one's answer.
+            self._decisions_for, self._decisions, self._decisions_of = replica_id, [], None
 
     def in_flight(self, replica_id: str) -> list[InFlight]:
         """As of the latest poll; asking makes the polls fetch the requests running (a
