@@ -52,6 +52,7 @@ weight times the rate per unit of weight of the replicas left to learn.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -63,9 +64,11 @@ from router.config.schema import FleetConfig, ReplicaConfig
 from router.errors import GpuRouterError
 from router.load_curve import LoadCurve
 from router.perf.model import Deployment, WorkloadMix
-from router.perf.profiles import ProfileCatalog, default_catalog, load_catalog
+from router.perf.profiles import GpuProfile, ProfileCatalog, default_catalog, load_catalog
 from router.replica import Replica
 from router.sim.engine import DEFAULT_MAX_BATCHED_TOKENS
+
+log = logging.getLogger(__name__)
 
 TAU_S = 60.0
 """Time constant of the measured rate: long enough that a steady load gives a steady figure
@@ -452,10 +455,15 @@ class FleetCapacity:
         self._mix_refit: Refit | None = None
         self._replicas = list(replicas)
         self._deployments = [_deployment(r.config, self.catalog) for r in self._replicas]
-        self._kv_refits: dict[int, Refit] = {}
-        """Model runs for replicas whose KV size turned out other than the model's."""
+        self._refits: dict[int, Refit] = {}
+        """Model runs for replicas whose card or KV size turned out other than the model's."""
         self._kv_seen: list[int | None] = [None] * len(self._replicas)
         """The KV figure ``_follow_kv`` last looked at, per replica: it acts on a change only."""
+        self._names_seen: list[str | None] = [None] * len(self._replicas)
+        """The NVML name ``_follow_card`` last looked at, per replica: it acts on a change only."""
+        self._new_card: set[int] = set()
+        """Replicas found on another card, whose estimate takes the new card's prior at once
+        (not through the filter) when its model run is in."""
         cost = self.mix.mean_cost(prompt_factor)
         self.per_replica = [ReplicaCapacity(_default_prior(d, cost)) for d in self._deployments]
         self._fleet_cost = cost
@@ -508,9 +516,11 @@ class FleetCapacity:
         k = 1.0 if last is None else 1.0 - math.exp(-max(now - last, 0.0) / SMOOTH_S)
         first_fit = self._mix_at_fit is None
         for r in self._replicas:
+            self._follow_card(r)
             self._follow_kv(r)
         self._refit_if_mix_moved()
-        self._take_kv_refits()
+        self._take_refits()
+        self._unfilter_new_cards()
         # A new sample of a heavy-tailed mix can put its mean request 7% off the last one's:
         # the rates follow it through the filter, so the unit they are read in does too.
         if first_fit:
@@ -557,6 +567,12 @@ class FleetCapacity:
             kv_source=kv_source,
             kv_age_s=kv_age,
         )
+
+    def modelled_gpu(self, r: Replica) -> str | None:
+        """The GPU profile ``r``'s prior is modelled on: the fleet file's card, or the one
+        NVML names when that differs; None when the model does not know the replica."""
+        d = self._deployments[r.index]
+        return None if d is None else d.gpu.name
 
     def rps(self, rate: float) -> float:
         """A rate in cost units per second, in requests per second at the mean request of the
@@ -671,20 +687,65 @@ class FleetCapacity:
             return  # not a cache this model can run with: the last prior stands
         if moved.kv_capacity_tokens == d.kv_capacity_tokens:
             return  # more than the card's memory allows, which the model already runs with
-        self._deployments[r.index] = moved
-        if not self.mix.recent:  # nothing served yet: the default shape, as at start
-            self.per_replica[r.index].prior = _default_prior(moved, self._fleet_cost)
-            return
-        self._kv_refits[r.index] = Refit(self.mix, self.prompt_factor)
-        self.per_replica[r.index].refit_own_again(self.prompt_factor)
+        self._redeploy(r.index, moved)
 
-    def _take_kv_refits(self) -> None:
-        for i, refit in list(self._kv_refits.items()):
+    def _follow_card(self, r: Replica) -> None:
+        """Run the model on the card the node agent names, when NVML names another than the
+        fleet file declares (a file copied from another node, a card swapped in a repair):
+        what the card measurably is wins over what was written about it. A name the
+        profiles do not know leaves the fleet file's card in place."""
+        name = None if r.telemetry is None else r.telemetry.gpu_name
+        if name is None or name == self._names_seen[r.index]:
+            return
+        self._names_seen[r.index] = name
+        declared = self._gpu_profile(r.config.gpu_model)
+        reported = self._gpu_profile(name)
+        card = declared if reported is None else reported
+        mismatch = None
+        if reported is not None and reported != declared:
+            mismatch = f"NVML reports {name}, fleet file says {r.config.gpu_model}"
+        if mismatch is not None and mismatch != r.gpu_mismatch:
+            log.warning("replica %s: %s; its capacity is modelled on the %s", r.id, mismatch, name)
+        r.gpu_mismatch = mismatch
+        d = self._deployments[r.index]
+        if card is None or (d is not None and d.gpu == card):
+            return
+        moved = _deployment(r.config, self.catalog, card)
+        if moved is not None:
+            self._kv_seen[r.index] = None  # the engine's KV figure applies to the new card
+            self._redeploy(r.index, moved)
+            self._new_card.add(r.index)
+
+    def _unfilter_new_cards(self) -> None:
+        # The filter smooths a model run's step on a new sample of the same card; a card
+        # found to be another is no such step, and an H100 taken for an L4 would otherwise
+        # take a minute to get its share of the work.
+        for i in [i for i in self._new_card if i not in self._refits]:
+            self._smoothed[i] = None
+            self._new_card.discard(i)
+
+    def _gpu_profile(self, name: str) -> GpuProfile | None:
+        try:
+            return self.catalog.gpu(name)
+        except GpuRouterError:
+            return None
+
+    def _redeploy(self, i: int, moved: Deployment) -> None:
+        """Replica ``i`` runs as ``moved`` from now: its prior is run again on it."""
+        self._deployments[i] = moved
+        if not self.mix.recent:  # nothing served yet: the default shape, as at start
+            self.per_replica[i].prior = _default_prior(moved, self._fleet_cost)
+            return
+        self._refits[i] = Refit(self.mix, self.prompt_factor)
+        self.per_replica[i].refit_own_again(self.prompt_factor)
+
+    def _take_refits(self) -> None:
+        for i, refit in list(self._refits.items()):
             d = self._deployments[i]
             prior = None if d is None else refit.prior(d, self.fitter)
             if prior is not None:
                 self.per_replica[i].prior = prior
-                del self._kv_refits[i]
+                del self._refits[i]
 
     def _refit_if_mix_moved(self) -> None:
         if self._mix_refit is None:
@@ -746,10 +807,13 @@ def _unit_rate(replicas: Iterable[Replica], rates: Sequence[tuple[float, Source]
     return sum(rate for rate, _ in use) / total_weight if total_weight > 0 else 1.0
 
 
-def _deployment(config: ReplicaConfig, catalog: ProfileCatalog) -> Deployment | None:
+def _deployment(
+    config: ReplicaConfig, catalog: ProfileCatalog, gpu: GpuProfile | None = None
+) -> Deployment | None:
+    """The replica as the performance model runs it: on ``gpu``, else the fleet file's card."""
     try:
         return Deployment(
-            gpu=catalog.gpu(config.gpu_model),
+            gpu=gpu if gpu is not None else catalog.gpu(config.gpu_model),
             model=catalog.model(config.model),
             tensor_parallel=len(config.gpus),
             kv_limit=config.kv_capacity_tokens,

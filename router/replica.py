@@ -32,6 +32,9 @@ class Telemetry:
     memory_used_fraction: float | None = None
     kv_usage: float | None = None
     """Engine KV-cache usage, 0..1, from the replica's own metrics."""
+    gpu_name: str | None = None
+    """The name NVML gives the replica's GPUs (``NVIDIA H200``); None when a GPU gave none or
+    they differ. The capacity model checks it against the fleet file (router/capacity.py)."""
 
 
 @dataclass(slots=True)
@@ -122,6 +125,10 @@ class Replica:
     warm_up_limit: int | None = None
     """While it warms up after its return to service, the most requests it may run
     (router/slow_start.py); None: only the batch size limits it."""
+    gpu_mismatch: str | None = None
+    """``NVML reports X, fleet file says Y`` when the node agent names another card than the
+    fleet file declares: the capacity model then runs on the card NVML names (set by
+    router/capacity.py)."""
     served_models: tuple[str, ...] | None = None
     """The model names the replica's own ``GET /v1/models`` listed last
     (router/http/served_models.py); None: it has not answered yet."""

@@ -100,6 +100,15 @@ class ReplicaSnapshot:
     """The engine's reported usage over the booking, as learned (1.0 until it says)."""
     kv_full: bool = False
     """Booked past ``kv_budget.FULL_AT`` of its cache: it takes no more requests for now."""
+    gpu_name: str | None = None
+    """The name NVML gives its GPUs, from the node agent (None: no agent heard, or its GPUs
+    gave different names)."""
+    gpu_mismatch: str | None = None
+    """``NVML reports X, fleet file says Y`` when the node agent names another card than the
+    fleet file declares; the prior is then modelled on the card NVML names."""
+    capacity_prior_gpu: str | None = None
+    """The GPU profile the prior is modelled on (None: the performance model knows neither
+    the card nor the served model, and the static weight stands in)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +263,9 @@ def _replica(
         kv_booked_tokens=None if r.kv_limit is None else r.kv.tokens(r.in_flight),
         kv_booking_scale=r.kv.scale,
         kv_full=r.kv.full(r.kv_limit, r.in_flight),
+        gpu_name=None if r.telemetry is None else r.telemetry.gpu_name,
+        gpu_mismatch=r.gpu_mismatch,
+        capacity_prior_gpu=core.capacity.modelled_gpu(r),
     )
 
 

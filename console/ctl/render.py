@@ -57,6 +57,7 @@ def status_view(state: State) -> RenderableType:
     if state["replicas"] and "capacity_rps" in state["replicas"][0]:
         parts.append(_capacity_table(state))  # absent from a router that does not learn it
     parts.extend(_model_lines(state))
+    parts.extend(_card_lines(state))
     parts.extend(_health_lines(state))
     telemetry = state.get("telemetry")
     if telemetry:
@@ -190,6 +191,17 @@ def _model_lines(state: State) -> list[Text]:
         Text(f"model: {r['id']} {r['model_mismatch']}", style="red")
         for r in state["replicas"]
         if r.get("model_mismatch")
+    ]
+
+
+def _card_lines(state: State) -> list[Text]:
+    """``card: l4-0 NVML reports NVIDIA H100 80GB HBM3, fleet file says L4`` for each replica
+    whose node agent names another card than the fleet file (its prior is then modelled on
+    the card NVML names)."""
+    return [
+        Text(f"card: {r['id']} {r['gpu_mismatch']}", style="yellow")
+        for r in state["replicas"]
+        if r.get("gpu_mismatch")
     ]
 
 

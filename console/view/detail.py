@@ -14,7 +14,7 @@ SHOWN_CANDIDATES = 3
 
 def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
     """The replica's facts, a line each; why it is in its state (an ejection's reason, who
-    drained it) and a model mismatch add a line each."""
+    drained it), a model mismatch and a card mismatch add a line each."""
     pin_w = " (pinned)" if r.weight_pinned else ""
     pin_b = " (pinned)" if r.batch_pinned else ""
     util_src = "GPU" if r.utilization_from_telemetry else "router estimate"
@@ -55,13 +55,18 @@ def facts(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
         tone = Tone.BAD if r.state == "ejected" else Tone.NORMAL
         why: tuple[Cell, ...] = (("why ", Tone.DIM), (f"{r.state}: {r.state_reason}", tone))
         lines = (lines[0], why, *lines[1:])
-    if r.model_mismatch is None:
-        return lines
-    flag: tuple[Cell, ...] = (
-        ("model ", Tone.DIM),
-        (f"⚠ {r.model_mismatch}: none of {r.model}'s requests go here", Tone.BAD),
-    )
-    return (*lines, flag)
+    if r.model_mismatch is not None:
+        model: tuple[Cell, ...] = (
+            ("model ", Tone.DIM),
+            (f"⚠ {r.model_mismatch}: none of {r.model}'s requests go here", Tone.BAD),
+        )
+        lines = (*lines, model)
+    if r.gpu_mismatch is not None:
+        modelled = r.capacity_prior_gpu
+        on = "" if modelled is None else f": its prior is modelled on {modelled}"
+        card: tuple[Cell, ...] = (("card ", Tone.DIM), (f"⚠ {r.gpu_mismatch}{on}", Tone.WARN))
+        lines = (*lines, card)
+    return lines
 
 
 def _warming(r: ReplicaSnapshot) -> str:

@@ -112,6 +112,8 @@ class GpuRow:
     weight_pinned: bool
     ttft_p50_s: float | None
     ttft_p99_s: float | None
+    gpu_mismatch: bool = False
+    """The node agent names another card than the fleet file (``gpu_model`` is the file's)."""
 
     @property
     def stale(self) -> bool:
@@ -226,6 +228,7 @@ def _row(
         weight_pinned=rep is not None and rep.weight_pinned,
         ttft_p50_s=None if rep is None else rep.ttft_p50_s,
         ttft_p99_s=None if rep is None else rep.ttft_p99_s,
+        gpu_mismatch=rep is not None and rep.gpu_mismatch is not None,
     )
 
 
@@ -357,7 +360,10 @@ def gpu_cells(row: GpuRow, points: Iterable[float], repeat: bool = False) -> tup
     pin_b = "*" if row.batch_pinned else ""
     cells: dict[str, Cell] = {
         "replica": replica,
-        "gpu": (fit(f"{row.gpu_index} {row.gpu_model}", 12), Tone.NORMAL),
+        "gpu": (
+            fit(f"{row.gpu_index} {row.gpu_model}", 12),
+            Tone.WARN if row.gpu_mismatch else Tone.NORMAL,
+        ),
         "state": state_cell(row.state),
         "util": (util_text, util_tone),
         "hist": (sparkline(points, 8), util_tone),

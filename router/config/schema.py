@@ -26,7 +26,9 @@ class GpuConfig:
     index: int
     """NVML index of the GPU on its node (0, 1, ...)."""
     model: str
-    """GPU model name as in the profiles, for example ``A100-80GB`` or ``V100-32GB``."""
+    """GPU model name as in the profiles, for example ``A100-80GB`` or ``V100-32GB``. Checked
+    against the name NVML gives the card once the node's agent reports: a card the profiles
+    know under that name, other than this one, is modelled as what NVML names and flagged."""
     memory_gib: float
     """Memory of the card in GiB."""
 

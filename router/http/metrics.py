@@ -15,6 +15,7 @@ hot path pays only for the two latency histograms. Names:
 | ``gpurouter_replica_weight`` | gauge | ``replica`` |
 | ``gpurouter_replica_state`` | gauge (1 for the current state) | ``replica``, ``state`` |
 | ``gpurouter_replica_model_mismatch`` | gauge | ``replica``, ``declared``, ``served`` |
+| ``gpurouter_replica_gpu_mismatch`` | gauge | ``replica``, ``declared``, ``reported`` |
 | ``gpurouter_in_flight`` | gauge | |
 | ``gpurouter_queue_depth`` | gauge | |
 | ``gpurouter_queue_depth_by_priority`` | gauge | ``priority`` |
@@ -212,6 +213,7 @@ def _replicas(core: RouterCore) -> Iterable[Metric]:
     )
     yield from _capacity(core)
     yield _model_mismatch(core)
+    yield _gpu_mismatch(core)
     for r in core.pool:
         requests.add_metric([r.id, "completed"], r.completed)
         requests.add_metric([r.id, "failed"], r.failed)
@@ -238,6 +240,24 @@ def _model_mismatch(core: RouterCore) -> Metric:
         if r.served_models is not None:
             labels = [r.id, r.config.model, ",".join(r.served_models)]
             family.add_metric(labels, 0.0 if r.model_mismatch is None else 1.0)
+    return family
+
+
+def _gpu_mismatch(core: RouterCore) -> Metric:
+    """Per replica whose node agent named its GPUs: 1 when NVML names another card than the
+    fleet file declares (its prior is then modelled on the card NVML names), else 0."""
+    family = GaugeMetricFamily(
+        "gpurouter_replica_gpu_mismatch",
+        "1 when the node agent's NVML name for the replica's GPUs is another card than the "
+        "fleet file declares (its capacity prior is then modelled on that card); absent until "
+        "the agent named them.",
+        labels=["replica", "declared", "reported"],
+    )
+    for r in core.pool:
+        name = None if r.telemetry is None else r.telemetry.gpu_name
+        if name is not None:
+            labels = [r.id, r.config.gpu_model, name]
+            family.add_metric(labels, 0.0 if r.gpu_mismatch is None else 1.0)
     return family
 
 

@@ -377,11 +377,14 @@ def _feed(replica: Replica, gpus: list[GpuSample | None], now: float) -> None:
             total += g.fb_total_mib
     utilization = sum(utils) / len(utils) / 100.0
     memory = used / total if total else None
+    names = {g.name for g in gpus if g is not None}
+    name = names.pop() if len(names) == 1 else None
     t = replica.telemetry
     if t is None:
-        replica.telemetry = Telemetry(utilization, now, memory)
+        replica.telemetry = Telemetry(utilization, now, memory, gpu_name=name)
     else:
         t.utilization, t.received_at, t.memory_used_fraction = utilization, now, memory
+        t.gpu_name = name
 
 
 def _feed_view(node: _Node, now: float) -> NodeFeed:
