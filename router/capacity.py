@@ -7,6 +7,9 @@ the work it can run at once) and its *KV capacity* (tokens its cache holds).
 Service rate. The prior is the performance model's saturation rate for the replica's GPU
 and served model, run on the lengths of the requests the router has seen
 (router/capacity_prior.py: the stepped engine model, closed-loop at a grid of concurrencies).
+The GPU is the fleet file's until the node's agent names it: a card NVML names that the
+profiles know, and that is another than the file's, is what the model runs from then on
+(the replica is flagged, ``Replica.gpu_mismatch``), and the estimate takes it at once.
 It is refined from the router's own accounting. An engine that runs ``c`` requests at once
 completes ``rate * efficiency(c)`` per second, ``efficiency(c)`` being the model's throughput
 at ``c`` over its throughput at saturation; so each request progresses at
