@@ -366,12 +366,7 @@ async def one_run(
                 await sampler_task
         if server is not None:
             await server.stop(0.0)
-        for proc in (loadgen, emulator):
-            if proc is not None:
-                proc.join(timeout=10)
-                if proc.is_alive():
-                    proc.terminate()
-                    proc.join(timeout=5)
+        stop_children(loadgen, emulator)
     in_window = [
         (math.inf if ttft is None else ttft / n, gpu, wait / n)
         for (arrival, ttft, _outcome), (gpu, wait) in zip(
@@ -428,6 +423,17 @@ def learned_capacity(core: Any, slowdown: float) -> dict[str, Any]:
         if rps is not None:
             out[r.id] = {"rps": round(rps * slowdown, 4), "source": r.capacity_source}
     return out
+
+
+def stop_children(*procs: Any) -> None:
+    """Wait for each child process that was started (each ends once its pipe says so), and
+    stop any that does not end in time."""
+    for proc in procs:
+        if proc is not None:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
 
 
 async def _recv(loop: asyncio.AbstractEventLoop, conn: Connection, timeout: float) -> Any:

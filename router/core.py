@@ -63,6 +63,9 @@ class Assignment:
     replica: Replica
     started: float
     first_byte: float | None = None
+    first_token: bool = False
+    """Whether ``first_byte`` started a stream, so that its time is a time to first token
+    (a non-streamed answer's first byte is the whole answer)."""
     expected_s: float = 0.0
     """What the replica's learned capacity predicted this attempt would take, when sent."""
     share_mark: float = 0.0
@@ -181,12 +184,17 @@ class RouterCore:
         self.dispatch()
         return None
 
-    def first_byte(self, a: Assignment) -> None:
-        """The replica sent the first byte of its answer."""
+    def first_byte(self, a: Assignment, *, first_token: bool = True) -> None:
+        """The replica sent the first byte of its answer. ``first_token``: that byte starts a
+        stream; False when it is the whole answer at once (a request not streamed), whose
+        time is the whole generation's and is kept out of the TTFT figures and the tuners:
+        taken for a first token, it cut the batch size of engines that queued nothing."""
         if self._current(a) and a.first_byte is None:
             a.first_byte = self.clock()
-            self.stats[a.replica.index].ttft.add(a.first_byte - a.request.arrival)
-            self.tuner.first_byte(a.replica, a.first_byte - a.started)
+            a.first_token = first_token
+            if first_token:
+                self.stats[a.replica.index].ttft.add(a.first_byte - a.request.arrival)
+                self.tuner.first_byte(a.replica, a.first_byte - a.started)
 
     def complete(self, a: Assignment, output_tokens: int | None = None) -> None:
         """The attempt finished well."""

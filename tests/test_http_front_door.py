@@ -151,7 +151,9 @@ async def test_models_health_ready_and_metrics(server: RouterServer) -> None:
         server.control.apply(Drain("b"))
         assert (await http.get("/ready")).status_code == 503
     assert metric(text, 'gpurouter_requests_total{outcome="completed"}') == 1
-    assert total(text, "gpurouter_ttft_seconds_count") == 1
+    # Not streamed: its first byte was the whole answer, no time to first token
+    # (tests/test_first_token.py).
+    assert total(text, "gpurouter_ttft_seconds_count") == 0
     assert total(text, "gpurouter_e2e_latency_seconds_count") == 1
     assert metric(text, 'gpurouter_replica_state{replica="a",state="active"}') == 1
     assert 'gpurouter_strategy_info{strategy="shortest-expected-delay"} 1.0' in text

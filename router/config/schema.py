@@ -159,7 +159,8 @@ class AdaptiveConfig:
     allows a 256x spread between cards)."""
     ttft_target_s: float = 2.0
     """Time to first token, from sending to the replica (the router's queue not counted),
-    above which the replica counts as overloaded (90th percentile over an interval)."""
+    above which the replica counts as overloaded (90th percentile over an interval). Streamed
+    answers only: a non-streamed answer's first byte is the whole answer."""
     decrease: float = 0.75
     """Factor a batch size is multiplied by on overload (multiplicative decrease)."""
     hysteresis: int = 2

@@ -117,7 +117,7 @@ class RouterMetrics(CoreListener):
         return None if self.telemetry is None else self.telemetry()
 
     def first_byte(self, a: Assignment) -> None:
-        if a.first_byte is not None:
+        if a.first_byte is not None and a.first_token:  # a stream's: see RouterCore.first_byte
             self._ttft[a.replica.index].observe(a.first_byte - a.request.arrival)
 
     def on_finish(self, finished: Finished) -> None:

@@ -367,15 +367,15 @@ class Exchange:
         ]
         return {"type": "http.response.start", "status": status, "headers": headers}
 
-    def _first_byte(self, a: Assignment) -> None:
+    def _first_byte(self, a: Assignment, first_token: bool) -> None:
         self.started = True
-        self.proxy.core.first_byte(a)
+        self.proxy.core.first_byte(a, first_token=first_token)
         self.proxy.metrics.first_byte(a)
 
     async def _answer(self, a: Assignment, status: int, content_type: str, data: bytes) -> None:
         head = self._head(a, status, content_type)
         head["headers"].append((b"content-length", b"%d" % len(data)))  # type: ignore[attr-defined]
-        self._first_byte(a)
+        self._first_byte(a, first_token=False)  # the whole answer: no time to first token
         await self.send(head)
         await self.send({"type": "http.response.body", "body": data, "more_body": False})
         self.answered = True
@@ -400,7 +400,7 @@ class Exchange:
                 self.waiting_since = _WRITING
                 if not self.started:
                     self.sse = True
-                    self._first_byte(a)
+                    self._first_byte(a, first_token=True)
                     await send(self._head(a, response.status, content_type))
                 events += chunk.count(b"data:")
                 errored = errored or _error_event(a, previous, chunk)
@@ -420,7 +420,7 @@ class Exchange:
                 return f"{a.replica.id}: {failure_reason(exc)}", True
         if not self.started:
             self.sse = True
-            self._first_byte(a)
+            self._first_byte(a, first_token=False)  # a stream that ended before any chunk
             await send(self._head(a, response.status, content_type))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.answered = True
