@@ -4,8 +4,12 @@ priority (some already streaming), some completed, a queue, on a manual clock.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from textual.widgets import Static
 
 from console.backend import ConsoleBackend
+from console.screens.replica_detail import ReplicaDetail
 from console.view.fleet import COLUMNS
 from console.widgets.fleet_table import PAD, FleetTable
 from router import ControlSurface, ManualClock, Priority, Request, RouterCore
@@ -15,6 +19,11 @@ from router.replica import Telemetry
 from router.telemetry.schema import GpuSample
 from router.telemetry.status import BrokerState, NodeFeed, TelemetryStatus
 from tests.fleet_factory import make_fleet
+
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
+    from console.app import ConsoleApp
 
 WALL = 1_700_000_000.0
 """A fixed wall clock for the audit trail: screenshots show the same times every run."""
@@ -137,3 +146,16 @@ def drawn_keys(table: FleetTable) -> list[str]:
 def drawn_text(table: FleetTable, key: str, column_id: str) -> str:
     """One cell of the row ``key`` as drawn."""
     return drawn_cell(drawn_lines(table)[drawn_keys(table).index(key)], column_id)
+
+
+async def detail_facts(app: ConsoleApp, pilot: Pilot[None], replica: str) -> str:
+    """Select ``replica``'s first row on the dashboard, open its detail with ``i``, and return
+    the facts block as drawn."""
+    table = app.query_one(FleetTable)
+    table.select_row(next(i for i, r in enumerate(table.rows_shown) if r.replica == replica))
+    await pilot.press("i")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, ReplicaDetail)
+    assert screen.replica == replica
+    return str(screen.query_one("#facts", Static).render())

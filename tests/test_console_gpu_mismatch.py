@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import Static
-
 from console.app import ConsoleApp
-from console.screens.replica_detail import ReplicaDetail
 from console.view.fleet import COLUMNS
 from console.view.format import Tone, fit
 from console.widgets.fleet_table import FleetTable
 from router.config.loader import load_fleet
 from router.replica import Telemetry
-from tests.console_helpers import drawn_text, loaded_rig
+from tests.console_helpers import detail_facts, drawn_text, loaded_rig
 
 FLEET = (
     Path(__file__).resolve().parent.parent / "examples" / "fleets" / "untuned-four-generations.yaml"
@@ -34,16 +31,9 @@ async def test_a_replica_on_another_card_than_declared_is_flagged_in_its_row_and
         await pilot.pause()
         table = app.query_one(FleetTable)
         assert drawn_text(table, "l4-node/0", "gpu") == "0 L4"
-        keys = [row.key for row in table.rows_shown]
         gpu = [c.id for c in COLUMNS].index("gpu")
         cells = {row.key: row.cells[gpu] for row in table.rows_shown}
         assert cells["l4-node/0"] == (fit("0 L4", 12), Tone.WARN)
         assert cells["l4-node/1"] == (fit("1 L4", 12), Tone.NORMAL)
-        table.select_row(keys.index("l4-node/0"))
-        await pilot.press("i")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReplicaDetail)
-        assert screen.replica == "l4-0"
-        facts = str(screen.query_one("#facts", Static).render())
+        facts = await detail_facts(app, pilot, "l4-0")
         assert f"card ⚠ {FLAG}: its prior is modelled on H100-SXM" in facts.splitlines()

@@ -3,13 +3,10 @@ its state reads ``mismatch`` in the fleet table, and its detail says what it ser
 
 from __future__ import annotations
 
-from textual.widgets import Static
-
 from console.app import ConsoleApp
-from console.screens.replica_detail import ReplicaDetail
 from console.widgets.fleet_table import FleetTable
 from router.http.served_models import ServedModels
-from tests.console_helpers import drawn_text, loaded_rig
+from tests.console_helpers import detail_facts, drawn_text, loaded_rig
 
 FLAG = "serves test-model-v2, fleet file says test-model"
 
@@ -26,12 +23,7 @@ async def test_a_mismatching_replica_is_flagged_in_the_table_and_its_detail() ->
         table = app.query_one(FleetTable)
         assert drawn_text(table, "node-0/1", "state") == "⚠ mismatch"
         assert drawn_text(table, "node-0/0", "state") == "● active"
-        await pilot.press("down", "i")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ReplicaDetail)
-        assert screen.replica == "r1"
-        facts = str(screen.query_one("#facts", Static).render())
+        facts = await detail_facts(app, pilot, "r1")
         assert f"model ⚠ {FLAG}: none of test-model's requests go here" in facts.splitlines()
         await pilot.press("escape")
         served.learn(rig.core.replica("r1"), ("test-model", "test-model-v2"))
