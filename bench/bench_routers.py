@@ -219,7 +219,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--fleet", action="append", choices=FLEET_FILES, help="only this fleet")
     parser.add_argument(
-        "--strategy", action="append", help="beside the default (least-connections)"
+        "--strategy",
+        action="append",
+        help="run beside the default strategy (repeatable; without it: least-connections)",
     )
     parser.add_argument("--routers", action="append", type=int, help="only these counts (and 1)")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of tables")
