@@ -85,3 +85,32 @@ def test_a_request_of_the_window_that_expires_in_the_queue_is_later_than_any() -
     assert figures.requests == 3
     assert figures.ttft_p99_s == math.inf
     assert figures.to_dict()["ttft_p99_s"] is None
+
+
+def test_a_non_streamed_answer_is_counted_but_not_timed_as_a_first_token() -> None:
+    # Its first byte is the whole answer (RouterCore.first_byte): seconds of generation that
+    # would put the meter's p99 above the simulator's prediction, which times first tokens.
+    core, clock, attempts = _core()
+    meter = RolloutMeter(core)
+    for rid in ("streamed", "whole"):
+        _submit(core, clock, rid)
+    clock.now = 0.5
+    core.first_byte(attempts.started["streamed"])
+    clock.now = 9.0
+    core.first_byte(attempts.started["whole"], first_token=False)
+    for rid in ("streamed", "whole"):
+        core.complete(attempts.started[rid])
+    figures = meter.figures(1.0)
+    assert figures.requests == 2
+    assert figures.ttft_p99_s == 0.5
+
+
+def test_a_window_of_non_streamed_answers_alone_has_no_ttft() -> None:
+    core, clock, attempts = _core()
+    meter = RolloutMeter(core)
+    _submit(core, clock, "whole")
+    clock.now = 4.0
+    core.first_byte(attempts.started["whole"], first_token=False)
+    core.complete(attempts.started["whole"])
+    figures = meter.figures(1.0)
+    assert (figures.requests, figures.ttft_p99_s) == (1, None)

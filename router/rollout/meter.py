@@ -3,8 +3,10 @@
 A listener on the router core, attached when the rollout starts and told when it ends. It
 reads the core's queue at every dispatch, ending and replica state change (the queue only
 grows between two of them when nothing can leave it, and the next ending reads it) and the
-time to first byte of every request that arrived in the window, once it ends (a request that
-expired in the queue counts as later than any, as the scenario checks count it). It stays
+time to first token of every streamed request that arrived in the window, once it ends (a
+request that expired in the queue counts as later than any, as the scenario checks count it;
+a non-streamed answer's first byte is the whole answer, no first token, as
+``RouterCore.first_byte`` says, so it is counted but not timed). It stays
 attached after the window until the requests that arrived in it have all ended, so the p99
 is over all of them.
 
@@ -35,8 +37,8 @@ class RolloutFigures:
     peak_queue: int
     """The most requests waiting in the router's queue at once."""
     ttft_p99_s: float | None
-    """p99 time to first byte of the requests that arrived during the rollout (None: none
-    arrived; infinite when more than 1% never got one)."""
+    """p99 time to first token of the streamed requests that arrived during the rollout (None:
+    none did; infinite when more than 1% never got one)."""
     duration_s: float | None
     """From the start to the last replica back in service (None: not ended)."""
     requests: int
@@ -62,6 +64,7 @@ class RolloutMeter(CoreListener):
         self.until: float | None = None
         self.peak_queue = len(core.queue)
         self._ttft: list[float] = []
+        self._requests = 0
         self._attempts: dict[str, Assignment] = {}
         self.settled = False
         """The window closed and every request that arrived in it ended: the figures are
@@ -82,7 +85,7 @@ class RolloutMeter(CoreListener):
             self.peak_queue,
             percentile(self._ttft, 0.99),
             duration,
-            len(self._ttft),
+            self._requests,
         )
 
     # ---- the core's events ------------------------------------------------------------------
@@ -100,11 +103,7 @@ class RolloutMeter(CoreListener):
         self._queue()
         attempt = self._attempts.pop(finished.request.id, None)
         if self._in_window(finished.request.arrival):
-            if finished.outcome is Outcome.COMPLETED and attempt is not None:
-                first = attempt.first_byte
-                self._ttft.append(math.inf if first is None else first - finished.request.arrival)
-            elif finished.outcome is Outcome.EXPIRED:
-                self._ttft.append(math.inf)
+            self._time(finished, attempt)
         self._in_event = True
         try:
             self._detach_when_settled()
@@ -113,6 +112,18 @@ class RolloutMeter(CoreListener):
 
     def on_state(self, replica: Replica, old: ReplicaState) -> None:
         self._queue()
+
+    def _time(self, finished: Finished, attempt: Assignment | None) -> None:
+        if finished.outcome is Outcome.COMPLETED and attempt is not None:
+            self._requests += 1
+            first = attempt.first_byte
+            if first is None:
+                self._ttft.append(math.inf)
+            elif attempt.first_token:
+                self._ttft.append(first - finished.request.arrival)
+        elif finished.outcome is Outcome.EXPIRED:
+            self._requests += 1
+            self._ttft.append(math.inf)
 
     def _queue(self) -> None:
         if self.until is None:
