@@ -25,7 +25,8 @@ Weights (what the fixed splits, weighted round-robin and weighted random, use): 
 damped step toward its share of the fleet's learned capacity (router/capacity.py), scaled so
 that the weights keep their static sum, and lowered where the replica's time to first token
 is over the target. A card too little used to measure keeps its learned prior. Bounds are
-multiples of the static weight; a pinned weight is left alone.
+multiples of the static weight, inside the range an operator may set (router/operator_values.py:
+a tuner never writes a weight an operator would be refused); a pinned weight is left alone.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from router.config.schema import AdaptiveConfig
+from router.operator_values import MAX_WEIGHT, MIN_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,8 @@ def retune_weights(inputs: Sequence[WeightInput], cfg: AdaptiveConfig) -> list[f
             out.append(i.current)
             continue
         step = i.current + cfg.weight_damping * (targets[id(i)] * scale - i.current)
-        out.append(min(max(step, lo * i.static), hi * i.static))
+        low, high = max(lo * i.static, MIN_WEIGHT), min(hi * i.static, MAX_WEIGHT)
+        out.append(min(max(step, low), high))
     return out
 
 

@@ -22,6 +22,7 @@ from router.adaptive import (
 from router.clock import ManualClock
 from router.config.schema import AdaptiveConfig
 from router.core import CoreListener, RouterCore
+from router.operator_values import MAX_WEIGHT, MIN_WEIGHT, weight_problem
 from router.replica import EngineLoad, Telemetry
 from router.request import Request
 from tests.fleet_factory import make_fleet
@@ -317,3 +318,21 @@ def test_the_core_undoes_a_growth_on_the_engines_readings_between_rounds() -> No
     )
     core.engines_read()  # the same reading again is not new evidence
     assert r.batch_size == 8
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    statics=st.lists(
+        st.sampled_from([MIN_WEIGHT, 1e-3, 1.0, 1e3, MAX_WEIGHT]), min_size=2, max_size=6
+    ),
+    capacities=st.lists(st.floats(1e-3, 1e6), min_size=6, max_size=6),
+)
+def test_a_tuned_weight_stays_in_the_range_an_operator_may_set(
+    statics: list[float], capacities: list[float]
+) -> None:
+    # The default bounds (1/16 to 16 times the static weight) would otherwise carry a weight at
+    # either end of the range past it: 16e6, which the control surface refuses from an operator.
+    cfg = AdaptiveConfig(weights=True, weight_damping=1.0)
+    inputs = [WeightInput(w, w, False, c) for w, c in zip(statics, capacities, strict=False)]
+    for weight in retune_weights(inputs, cfg):
+        assert weight_problem(weight) is None
