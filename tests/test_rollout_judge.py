@@ -4,8 +4,13 @@ the window, once both versions have the minimum number of requests."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from router.config.schema import CanaryConfig
+from router.replica import Replica, Telemetry
+from router.rollout.canary import card
 from router.rollout.judge import Judge
+from tests.fleet_factory import make_fleet
 
 RULES = CanaryConfig(
     window_s=10.0, min_requests=20, max_error_rate_increase=0.05, max_ttft_ratio=2.0
@@ -76,3 +81,64 @@ def test_attempts_older_than_the_window_are_forgotten() -> None:
     assert judge.verdict(10.5) is None
     new, old = judge.figures(10.5)
     assert (new.requests, old.requests) == (0, 0)
+
+
+def _feed_on(judge: Judge, new: bool, card: str, n: int, ttft: float, t: float = 0.0) -> None:
+    for _ in range(n):
+        judge.observe(new, t, True, ttft, card)
+
+
+def test_a_slow_new_version_on_a_strong_card_is_judged_against_that_card() -> None:
+    # The old version's p99 over the whole fleet is its slow cards' tail; pooled, a new version
+    # twice and a half as slow on an A100 hid behind the V100s (0.5 s against 0.3 s).
+    judge = Judge(RULES)
+    _feed_on(judge, True, "A100-80GB", 30, 0.5)
+    _feed_on(judge, False, "A100-80GB", 60, 0.2)
+    _feed_on(judge, False, "V100-32GB", 40, 0.3)
+    verdict = judge.verdict(1.0)
+    assert verdict is not None
+    assert verdict.reason == "p99 TTFT more than 2 times the old one's on A100-80GB"
+    assert (verdict.new.requests, verdict.old.requests) == (30, 60)
+    assert (verdict.new.p99_ttft_s, verdict.old.p99_ttft_s) == (0.5, 0.2)
+
+
+def test_a_canary_on_a_weak_card_is_not_worse_for_its_card_alone() -> None:
+    judge = Judge(RULES)
+    _feed_on(judge, True, "V100-32GB", 30, 0.6)
+    _feed_on(judge, False, "V100-32GB", 40, 0.5)
+    _feed_on(judge, False, "A100-80GB", 200, 0.2)
+    assert judge.verdict(1.0) is None
+
+
+def test_each_card_both_versions_ran_is_judged() -> None:
+    judge = Judge(RULES)
+    _feed_on(judge, True, "A100-80GB", 30, 0.2)
+    _feed_on(judge, False, "A100-80GB", 30, 0.2)
+    _feed_on(judge, True, "V100-32GB", 30, 1.5)
+    _feed_on(judge, False, "V100-32GB", 30, 0.5)
+    verdict = judge.verdict(1.0)
+    assert verdict is not None
+    assert verdict.reason.endswith("on V100-32GB")
+
+
+def test_without_a_card_both_versions_ran_enough_the_versions_are_compared_whole() -> None:
+    # The canary's card has too few of the old version's requests: compared across cards.
+    judge = Judge(RULES)
+    _feed_on(judge, True, "H100", 30, 0.5)
+    _feed_on(judge, False, "H100", 5, 0.1)
+    _feed_on(judge, False, "A100-80GB", 40, 0.2)
+    verdict = judge.verdict(1.0)
+    assert verdict is not None
+    assert verdict.reason == "p99 TTFT more than 2 times the old one's"
+    assert verdict.old.requests == 45
+
+
+def test_a_replicas_card_is_its_gpu_model_and_count_or_the_one_nvml_names() -> None:
+    a100, v100 = make_fleet([2.0, 1.0]).replicas
+    assert card(Replica(0, a100, 2.0, 4)) == "A100-80GB"
+    assert card(Replica(0, replace(a100, gpus=(0, 1)), 2.0, 4)) == "2 x A100-80GB"
+    other = Replica(1, v100, 1.0, 4)
+    other.telemetry = Telemetry(0.5, 0.0, gpu_name="NVIDIA H200")
+    assert card(other) == "V100-32GB"  # not flagged: the fleet file's name stands
+    other.gpu_mismatch = "NVML reports NVIDIA H200, fleet file says V100-32GB"
+    assert card(other) == "NVIDIA H200"

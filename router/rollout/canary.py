@@ -34,6 +34,7 @@ from router.config.schema import CanaryConfig
 from router.control import ControlSurface, EndSplit, SetSplit
 from router.core import Assignment, CoreListener, RouterCore
 from router.errors import RolloutError
+from router.replica import Replica
 from router.rollout.command_path import CommandPath
 from router.rollout.executor import Phase as RolloutPhase
 from router.rollout.executor import Rollout, RolloutSpec
@@ -168,7 +169,17 @@ def judge_attempt(
         return
     first = assignment.first_byte
     ttft = None if first is None else first - assignment.started
-    judge.observe(version == spec.new, now, ok, ttft)
+    judge.observe(version == spec.new, now, ok, ttft, card(assignment.replica))
+
+
+def card(replica: Replica) -> str:
+    """The card a replica runs on, for comparing like with like: the one its node agent names
+    where that differs from the fleet file's (``Replica.gpu_mismatch``), and how many."""
+    name = replica.config.gpu_model
+    if replica.gpu_mismatch is not None and replica.telemetry is not None:
+        name = replica.telemetry.gpu_name or name
+    count = len(replica.config.gpus)
+    return name if count == 1 else f"{count} x {name}"
 
 
 class Canary(CoreListener):

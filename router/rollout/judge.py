@@ -9,7 +9,12 @@ finished at least ``min_requests`` in the window, compares two figures:
 - the error rate: worse when the new version's exceeds the old one's by more than
   ``max_error_rate_increase`` (an absolute difference: 0.05 is five percentage points);
 - the p99 TTFT of the attempts that went well (nearest rank): worse when the new version's
-  exceeds ``max_ttft_ratio`` times the old one's.
+  exceeds ``max_ttft_ratio`` times the old one's **on the same card** (GPU model and count),
+  on each card where both versions have at least ``min_requests`` in the window. In a fleet
+  of different cards the old version runs mostly elsewhere, and a healthy canary on a V100
+  read three times the p99 TTFT of the old version's A100s and V100s together: with the
+  default ratio (2) it was rolled back for its card alone. Only where no card runs both
+  versions are the two compared across cards, as a whole.
 
 Pure: the time of each observation and of each verdict is given by the caller.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from router.config.schema import CanaryConfig
@@ -70,6 +76,7 @@ class _Attempt:
     time: float
     ok: bool
     ttft_s: float | None
+    card: str
 
 
 class Judge:
@@ -78,9 +85,12 @@ class Judge:
         self._seen: dict[bool, deque[_Attempt]] = {True: deque(), False: deque()}
         """Attempts per side: True the new version, False the old."""
 
-    def observe(self, new: bool, time: float, ok: bool, ttft_s: float | None) -> None:
-        """An attempt on the new (``new``) or old version ended at ``time``."""
-        self._seen[new].append(_Attempt(time, ok, ttft_s if ok else None))
+    def observe(
+        self, new: bool, time: float, ok: bool, ttft_s: float | None, card: str = ""
+    ) -> None:
+        """An attempt on the new (``new``) or old version ended at ``time``, on a replica of
+        ``card`` (what its TTFT is compared on)."""
+        self._seen[new].append(_Attempt(time, ok, ttft_s if ok else None, card))
 
     def figures(self, now: float) -> tuple[Figures, Figures]:
         """(new, old) over the window that ends at ``now``."""
@@ -98,10 +108,28 @@ class Judge:
             reason = f"error rate worse by more than {margin:.0%} points"
             return Verdict(reason, new, old)
         ratio = self.rules.max_ttft_ratio
-        new_p99, old_p99 = new.p99_ttft_s, old.p99_ttft_s
-        if new_p99 is not None and old_p99 is not None and new_p99 > ratio * old_p99:
-            return Verdict(f"p99 TTFT more than {ratio:g} times the old one's", new, old)
+        for where, new_on, old_on in self._comparisons(new, old):
+            new_p99, old_p99 = new_on.p99_ttft_s, old_on.p99_ttft_s
+            if new_p99 is not None and old_p99 is not None and new_p99 > ratio * old_p99:
+                return Verdict(
+                    f"p99 TTFT more than {ratio:g} times the old one's{where}", new_on, old_on
+                )
         return None
+
+    def _comparisons(self, new: Figures, old: Figures) -> list[tuple[str, Figures, Figures]]:
+        """What the TTFTs are compared on: each card both versions ran at least
+        ``min_requests`` on, or, where there is none, the two versions as a whole."""
+        need = self.rules.min_requests
+        on: dict[bool, dict[str, list[_Attempt]]] = {True: {}, False: {}}
+        for side, seen in self._seen.items():
+            for a in seen:
+                on[side].setdefault(a.card, []).append(a)
+        same = [
+            (f" on {card or 'the same card'}", _figures(on[True][card]), _figures(on[False][card]))
+            for card in sorted(on[True].keys() & on[False].keys())
+            if len(on[True][card]) >= need and len(on[False][card]) >= need
+        ]
+        return same or [("", new, old)]
 
     def _forget(self, now: float) -> None:
         start = now - self.rules.window_s
@@ -110,8 +138,9 @@ class Judge:
                 seen.popleft()
 
 
-def _figures(seen: deque[_Attempt]) -> Figures:
-    errors = sum(1 for a in seen if not a.ok)
-    ttfts = sorted(a.ttft_s for a in seen if a.ttft_s is not None)
+def _figures(seen: Iterable[_Attempt]) -> Figures:
+    attempts = list(seen)
+    errors = sum(1 for a in attempts if not a.ok)
+    ttfts = sorted(a.ttft_s for a in attempts if a.ttft_s is not None)
     p99 = ttfts[max(0, math.ceil(0.99 * len(ttfts)) - 1)] if ttfts else None
-    return Figures(len(seen), errors, p99)
+    return Figures(len(attempts), errors, p99)
