@@ -106,6 +106,41 @@ def test_a_side_with_no_replica_in_service_gives_its_requests_to_the_other() -> 
     assert {r.version for r in _placed(core, 20)} == {OLD}
 
 
+def test_the_new_versions_overflow_goes_to_the_old_one() -> None:
+    # A canary's few replicas past their slots would queue its share without end.
+    core = _core()
+    core.set_batch_size("r0", 4)
+    core.set_split(TrafficSplit(MODEL, OLD, NEW, 1.0))
+    placed = _placed(core, 20)
+    assert [r.id for r in placed[:4]] == ["r0"] * 4
+    assert {r.version for r in placed[4:]} == {OLD}
+    assert len(placed) == 20
+    assert len(core.queue) == 0
+
+
+def test_the_old_versions_overflow_never_goes_to_the_new_one() -> None:
+    core = _core()
+    for r in ("r1", "r2", "r3"):
+        core.set_batch_size(r, 1)
+    core.set_split(TrafficSplit(MODEL, OLD, NEW, 0.0))
+    placed = _placed(core, 10)
+    assert sorted(r.id for r in placed) == ["r1", "r2", "r3"]
+    assert len(core.queue) == 7  # they wait for the old version's slots
+
+
+def test_with_both_versions_full_a_request_waits_for_the_side_it_drew() -> None:
+    core = _core()
+    for r in core.pool:
+        core.set_batch_size(r.id, 1)
+    core.set_split(TrafficSplit(MODEL, OLD, NEW, 1.0))
+    placed = _placed(core, 6)
+    assert sorted(r.id for r in placed) == ["r0", "r1", "r2", "r3"]
+    assert len(core.queue) == 2
+    core.set_batch_size("r0", 3)  # the new version's slots: both waiting requests take them
+    assert len(core.queue) == 0
+    assert core.replica("r0").in_flight == 3
+
+
 def test_a_retry_after_a_failure_on_the_new_version_goes_to_the_old_one() -> None:
     core = _core()
     recorder = Recorder()

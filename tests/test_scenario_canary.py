@@ -40,7 +40,11 @@ actions:
       floor: 0.6
       check_interval_s: 0.5
       updater: {emulator: {load_s: 2}}
-  - {at: 10, fault: fail_fraction, replica: v0, fraction: 1.0, version: llama-v2}
+  # Late enough for the judge's minimum of healthy requests first: in service again at about
+  # 6 s, v0 warms up from one slot (router.slow_start_s, in wall seconds, is 300 emulated s
+  # here) and the new version's requests it has no slot for go to the old one, and five
+  # failures in a row eject it, after which it gets none to judge.
+  - {at: 25, fault: fail_fraction, replica: v0, fraction: 1.0, version: llama-v2}
 checks:
   - {metric: canary_phase, equals: rolled back}
   - {metric: canary_share, max: 0}
