@@ -9,7 +9,7 @@ from dataclasses import replace
 from router.config.schema import CanaryConfig
 from router.replica import Replica, Telemetry
 from router.rollout.canary import card
-from router.rollout.judge import Judge
+from router.rollout.judge import Judge, Verdict
 from tests.fleet_factory import make_fleet
 
 RULES = CanaryConfig(
@@ -83,19 +83,24 @@ def test_attempts_older_than_the_window_are_forgotten() -> None:
     assert (new.requests, old.requests) == (0, 0)
 
 
-def _feed_on(judge: Judge, new: bool, card: str, n: int, ttft: float, t: float = 0.0) -> None:
-    for _ in range(n):
-        judge.observe(new, t, True, ttft, card)
+Feed = tuple[bool, str, int, float]
+"""Attempts that went well: (on the new version, card, how many, TTFT each)."""
+
+
+def _verdict(*feeds: Feed) -> Verdict | None:
+    judge = Judge(RULES)
+    for new, card_name, n, ttft in feeds:
+        for _ in range(n):
+            judge.observe(new, 0.0, True, ttft, card_name)
+    return judge.verdict(1.0)
 
 
 def test_a_slow_new_version_on_a_strong_card_is_judged_against_that_card() -> None:
     # The old version's p99 over the whole fleet is its slow cards' tail; pooled, a new version
     # twice and a half as slow on an A100 hid behind the V100s (0.5 s against 0.3 s).
-    judge = Judge(RULES)
-    _feed_on(judge, True, "A100-80GB", 30, 0.5)
-    _feed_on(judge, False, "A100-80GB", 60, 0.2)
-    _feed_on(judge, False, "V100-32GB", 40, 0.3)
-    verdict = judge.verdict(1.0)
+    verdict = _verdict(
+        (True, "A100-80GB", 30, 0.5), (False, "A100-80GB", 60, 0.2), (False, "V100-32GB", 40, 0.3)
+    )
     assert verdict is not None
     assert verdict.reason == "p99 TTFT more than 2 times the old one's on A100-80GB"
     assert (verdict.new.requests, verdict.old.requests) == (30, 60)
@@ -103,31 +108,22 @@ def test_a_slow_new_version_on_a_strong_card_is_judged_against_that_card() -> No
 
 
 def test_a_canary_on_a_weak_card_is_not_worse_for_its_card_alone() -> None:
-    judge = Judge(RULES)
-    _feed_on(judge, True, "V100-32GB", 30, 0.6)
-    _feed_on(judge, False, "V100-32GB", 40, 0.5)
-    _feed_on(judge, False, "A100-80GB", 200, 0.2)
-    assert judge.verdict(1.0) is None
+    feeds = (True, "V100-32GB", 30, 0.6), (False, "V100-32GB", 40, 0.5)
+    assert _verdict(*feeds, (False, "A100-80GB", 200, 0.2)) is None
 
 
 def test_each_card_both_versions_ran_is_judged() -> None:
-    judge = Judge(RULES)
-    _feed_on(judge, True, "A100-80GB", 30, 0.2)
-    _feed_on(judge, False, "A100-80GB", 30, 0.2)
-    _feed_on(judge, True, "V100-32GB", 30, 1.5)
-    _feed_on(judge, False, "V100-32GB", 30, 0.5)
-    verdict = judge.verdict(1.0)
+    a100 = (True, "A100-80GB", 30, 0.2), (False, "A100-80GB", 30, 0.2)
+    verdict = _verdict(*a100, (True, "V100-32GB", 30, 1.5), (False, "V100-32GB", 30, 0.5))
     assert verdict is not None
     assert verdict.reason.endswith("on V100-32GB")
 
 
 def test_without_a_card_both_versions_ran_enough_the_versions_are_compared_whole() -> None:
     # The canary's card has too few of the old version's requests: compared across cards.
-    judge = Judge(RULES)
-    _feed_on(judge, True, "H100", 30, 0.5)
-    _feed_on(judge, False, "H100", 5, 0.1)
-    _feed_on(judge, False, "A100-80GB", 40, 0.2)
-    verdict = judge.verdict(1.0)
+    verdict = _verdict(
+        (True, "H100", 30, 0.5), (False, "H100", 5, 0.1), (False, "A100-80GB", 40, 0.2)
+    )
     assert verdict is not None
     assert verdict.reason == "p99 TTFT more than 2 times the old one's"
     assert verdict.old.requests == 45
