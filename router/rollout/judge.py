@@ -11,10 +11,10 @@ finished at least ``min_requests`` in the window, compares two figures:
 - the p99 TTFT of the attempts that went well (nearest rank): worse when the new version's
   exceeds ``max_ttft_ratio`` times the old one's **on the same card** (GPU model and count),
   on each card where both versions have at least ``min_requests`` in the window. In a fleet
-  of different cards the old version runs mostly elsewhere, and a healthy canary on a V100
-  read three times the p99 TTFT of the old version's A100s and V100s together: with the
-  default ratio (2) it was rolled back for its card alone. Only where no card runs both
-  versions are the two compared across cards, as a whole.
+  of different cards the old version's p99 over the whole fleet is its slowest cards' tail,
+  behind which a new version slow on a strong card could hide (an A100 at 0.5 s passed
+  against V100s at 0.3 s where the old A100s answered in 0.2 s). Only where no card runs
+  both versions are the two compared across cards, as a whole.
 
 Pure: the time of each observation and of each verdict is given by the caller.
 """
