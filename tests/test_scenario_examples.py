@@ -80,6 +80,7 @@ QUOTED: dict[str, tuple[tuple[str | float, str], ...]] = {
         ("only what streamed on a100-0 fails", "and {:.0f} low-priority requests fail"),
     ),
     "canary-failing": (("p99 TTFT all through", "p99 TTFT {:.2f} s all through"),),
+    "canary-weak-card": (("p99 TTFT all through", "p99 TTFT {:.2f} s all through"),),
     "replica-failure": (
         ("few failures at the kill", "With --simulate: {:.0f} requests fail"),
         ("p99 TTFT under 2 s while a100-1 is out", "is {:.2f} s"),

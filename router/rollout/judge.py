@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from router.config.schema import CanaryConfig
@@ -89,7 +89,7 @@ class Judge:
         self, new: bool, time: float, ok: bool, ttft_s: float | None, card: str = ""
     ) -> None:
         """An attempt on the new (``new``) or old version ended at ``time``, on a replica of
-        ``card`` (what its TTFT is compared on)."""
+        ``card`` (what its TTFT is compared on; ``""``: not said, compared as a whole)."""
         self._seen[new].append(_Attempt(time, ok, ttft_s if ok else None, card))
 
     def figures(self, now: float) -> tuple[Figures, Figures]:
@@ -125,9 +125,9 @@ class Judge:
             for a in seen:
                 on[side].setdefault(a.card, []).append(a)
         same = [
-            (f" on {card or 'the same card'}", _figures(on[True][card]), _figures(on[False][card]))
+            (f" on {card}", _figures(on[True][card]), _figures(on[False][card]))
             for card in sorted(on[True].keys() & on[False].keys())
-            if len(on[True][card]) >= need and len(on[False][card]) >= need
+            if card and len(on[True][card]) >= need and len(on[False][card]) >= need
         ]
         return same or [("", new, old)]
 
@@ -138,9 +138,8 @@ class Judge:
                 seen.popleft()
 
 
-def _figures(seen: Iterable[_Attempt]) -> Figures:
-    attempts = list(seen)
-    errors = sum(1 for a in attempts if not a.ok)
-    ttfts = sorted(a.ttft_s for a in attempts if a.ttft_s is not None)
+def _figures(seen: Sequence[_Attempt]) -> Figures:
+    errors = sum(1 for a in seen if not a.ok)
+    ttfts = sorted(a.ttft_s for a in seen if a.ttft_s is not None)
     p99 = ttfts[max(0, math.ceil(0.99 * len(ttfts)) - 1)] if ttfts else None
-    return Figures(len(attempts), errors, p99)
+    return Figures(len(seen), errors, p99)
