@@ -5,6 +5,7 @@ showed, and opening and closing them leaves nothing behind.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rich.console import Group
@@ -14,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, OptionList, Sparkline, Static
 
 from console.app import ConsoleApp, partial_detail
+from console.rollout.confirm import RolloutConfirm
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.replica_detail import THRU_LABEL, TTFT_LABEL, ReplicaDetail
@@ -390,3 +392,72 @@ def test_a_kept_screen_mounted_as_the_app_closes_does_nothing() -> None:
     for screen in screens:
         assert not screen.children  # nothing composed
         screen.on_mount()  # type: ignore[attr-defined]  # each of the three defines it
+
+
+async def built_but_not_mounted(app: ConsoleApp, name: str) -> Screen[Any]:
+    """The kept screen ``name`` as the app leaves it between two idle moments of building
+    it: composed, its widgets not yet mounted. A key can land there (seen in CI under load:
+    a preempt dialog with an empty title and body)."""
+    screen = app._builders()[name]()
+    app.install_screen(screen, name)
+    app._register(app, screen)
+    for _ in range(100):
+        if screen.children:
+            break
+        await asyncio.sleep(0)
+    assert screen.children  # composed ...
+    assert not screen.is_mounted  # ... not yet mounted: the window this is about
+    return screen  # no await after this: the caller acts in the window
+
+
+class BuildsNothingAhead(ConsoleApp):
+    """The test builds the kept screens itself, at the moment it chooses."""
+
+    def _prepare_kept(self, names: list[str]) -> None:
+        pass
+
+
+async def test_a_key_while_its_dialog_is_being_built_shows_what_that_key_asks() -> None:
+    rig = loaded_rig()
+    app = BuildsNothingAhead(rig.backend, auto_refresh=False)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await built_but_not_mounted(app, "confirm")
+        app.perform("preempt")  # the key's action, in the window
+        await pilot.pause()
+        assert on_show(app, dialog)
+        assert static_text(dialog, "#confirm-title") == "Preempt r0?"
+        assert "then it stays drained" in static_text(dialog, "#confirm-body")
+        assert str(dialog.query_one("#yes", Button).label) == "Preempt (y)"
+        assert dialog.query_one(".hint", Static).display  # live: redrawn at each refresh
+        assert dialog.focused is dialog.query_one("#no", Button)
+
+
+async def test_the_picker_asked_for_while_being_built_names_the_strategy_of_now() -> None:
+    rig = loaded_rig()
+    app = BuildsNothingAhead(rig.backend, auto_refresh=False)
+    names = list(STRATEGIES)
+    async with app.run_test(size=SIZE) as pilot:
+        picker = await built_but_not_mounted(app, "strategy-picker")
+        assert isinstance(picker, StrategyPicker)
+        other = next(n for n in names if n != rig.core.strategy.name)
+        rig.core.set_strategy(other)
+        app.perform("strategy")
+        await pilot.pause()
+        assert on_show(app, picker)
+        title = str(picker.query_one("#strategy-title", Static).render())
+        assert title == f"Routing strategy (now {other})"
+        marked = [h for h in option_heads(picker) if h.startswith("▶") or "(current)" in h]
+        assert marked == [f"▶ {other}  (current)"]
+
+
+async def test_the_rollout_plan_shown_while_its_dialog_is_being_built_is_drawn() -> None:
+    rig = loaded_rig()
+    app = BuildsNothingAhead(rig.backend, auto_refresh=False)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await built_but_not_mounted(app, "rollout-confirm")
+        assert isinstance(dialog, RolloutConfirm)
+        dialog.show("v2", None, "no updater named", app.styles_now)
+        await pilot.pause()
+        title = str(dialog.query_one("#rollout-confirm-title", Static).render())
+        assert title == "Roll out v2?"
+        assert "no updater named" in str(dialog.query_one("#rollout-plan", Static).render())

@@ -46,6 +46,9 @@ class RolloutConfirm(Screen[bool]):
         self.version = ""
         self.preview: RolloutPreview | None = None
         self.refusal: str | None = None
+        self._ready = False
+        """Mounted with every widget: the app builds the kept dialog ahead of its first use,
+        and a show can come after compose, with its widgets still mounting."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="rollout-confirm"):
@@ -59,7 +62,8 @@ class RolloutConfirm(Screen[bool]):
                 yield Button("Cancel (n)", id="no")
 
     def on_mount(self) -> None:
-        self._draw()
+        self._ready = True
+        self._draw()  # what was asked since compose
 
     def on_resize(self, event: Resize) -> None:
         # Rows the plan may not take: border, title, prediction, hint and the buttons.
@@ -70,7 +74,7 @@ class RolloutConfirm(Screen[bool]):
     ) -> None:
         """The plan for ``version``, or the router's ``refusal`` of it."""
         self.version, self.preview, self.refusal, self.tones = version, preview, refusal, styles
-        if self.is_mounted:
+        if self._ready:
             self._draw()
 
     @property

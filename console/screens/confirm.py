@@ -55,6 +55,9 @@ class ConfirmScreen(ModalScreen[bool]):
         self.confirm_label = confirm_label
         self.danger = danger
         self._followed: list[Signal[Any]] = []
+        self._ready = False
+        """Mounted with every widget: the app builds the kept dialog ahead of its first key,
+        and a key can come after compose, with its widgets still mounting."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -danger" if self.danger else "dialog"):
@@ -81,9 +84,8 @@ class ConfirmScreen(ModalScreen[bool]):
     def on_mount(self) -> None:
         if not self.children:
             return  # composed while the app was closing: Textual mounted nothing
-        # Cancel has the focus: a stray Enter must not drain a replica.
-        self.query_one("#no", Button).focus()
-        self._subscribe()
+        self._ready = True
+        self._fill()  # what a key asked since compose (seen in CI: an empty preempt dialog)
 
     def show(
         self,
@@ -98,14 +100,18 @@ class ConfirmScreen(ModalScreen[bool]):
         """Ask about another action, as a dialog built for it would, Cancel focused."""
         self.title_text, self.lines, self.tones = title, list(lines), styles
         self.confirm_label, self.danger, self.follow = confirm_label, danger, follow
-        if not self.is_mounted:
-            return  # composed from these when first pushed
-        self.query_one(Vertical).set_class(danger, "-danger")
-        self.query_one("#confirm-title", Static).update(title)
+        if self._ready:
+            self._fill()
+        # Else on mount, from these.
+
+    def _fill(self) -> None:
+        self.query_one(Vertical).set_class(self.danger, "-danger")
+        self.query_one("#confirm-title", Static).update(self.title_text)
         self.query_one("#confirm-body", Static).update(self._body())
-        self.query_one(".hint", Static).display = follow is not None
+        self.query_one(".hint", Static).display = self.follow is not None
         yes = self.query_one("#yes", Button)
-        yes.label, yes.variant = f"{confirm_label} (y)", self._variant()
+        yes.label, yes.variant = f"{self.confirm_label} (y)", self._variant()
+        # Cancel has the focus: a stray Enter must not drain a replica.
         self.set_focus(self.query_one("#no", Button))
         self._subscribe()
 

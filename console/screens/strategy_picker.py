@@ -31,8 +31,14 @@ class StrategyPicker(ModalScreen[str | None]):
         super().__init__()
         self.current = current
         self._marked: int | None = None
+        self._drawn = current
+        """The strategy the options name as current, as last composed or drawn."""
+        self._ready = False
+        """Mounted with every widget: the app builds the kept picker ahead of its first key,
+        and a key can come after compose, with its widgets still mounting."""
 
     def compose(self) -> ComposeResult:
+        self._drawn = self.current
         options = [Option(self._prompt(name, cursor=False), id=name) for name in STRATEGIES]
         with Vertical(classes="dialog"):
             yield Static(self._title(), classes="title", id="strategy-title")
@@ -54,27 +60,27 @@ class StrategyPicker(ModalScreen[str | None]):
     def on_mount(self) -> None:
         if not self.children:
             return  # composed while the app was closing: Textual mounted nothing
-        picker = self.query_one(OptionList)
-        names = list(STRATEGIES)
-        if self.current in names:
-            picker.highlighted = names.index(self.current)
-        picker.focus()
+        self._ready = True
+        self._draw()  # what a key asked since compose
 
     def show(self, current: str) -> None:
         """Open again as a new picker would: ``current`` in the title and marked, the cursor
         on it. Only the options whose prompt changes are drawn again."""
-        before, self.current = self.current, current
-        if not self.is_mounted:
-            return  # composed with ``current`` when first pushed
+        self.current = current
+        if self._ready:
+            self._draw()
+        # Else on mount.
+
+    def _draw(self) -> None:
         self.query_one("#strategy-title", Static).update(self._title())
         picker = self.query_one(OptionList)
         names = list(STRATEGIES)
-        cursor = names.index(current) if current in names else None
-        redo = {before, current} | ({names[self._marked]} if self._marked is not None else set())
-        for name in redo & set(names):
+        cursor = names.index(self.current) if self.current in names else None
+        marked = {names[self._marked]} if self._marked is not None else set()
+        for name in ({self._drawn, self.current} | marked) & set(names):
             index = names.index(name)
             picker.replace_option_prompt_at_index(index, self._prompt(name, cursor=index == cursor))
-        self._marked = cursor
+        self._drawn, self._marked = self.current, cursor
         picker.highlighted = cursor
         picker.scroll_to(y=0, animate=False, immediate=True)
         if cursor is not None:
