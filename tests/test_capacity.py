@@ -9,12 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from router.capacity import Source
-from router.capacity_prior import PENDING, InlineFitter, Pending, ProcessFitter
+from router.capacity_prior import KEPT_RUNS, PENDING, Curve, InlineFitter, Pending, ProcessFitter
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.config.schema import StrategyConfig
@@ -246,6 +247,50 @@ def test_the_process_fitter_answers_pending_then_the_models_curve() -> None:
     finally:
         fitter.close()
     assert answer == InlineFitter().curve(deployment, lengths)
+
+
+def test_the_process_fitter_answers_a_finished_run_to_every_ask() -> None:
+    """The fleet's refit takes its cards' runs only when all are in, and a replica's refit
+    can ask for the same lengths: a run once handed out is still there for the next ask
+    (it was not, and live the fleet's refit never landed)."""
+    deployment = _core(FOUR_GENERATIONS).capacity.per_replica[0].prior.deployment
+    assert deployment is not None
+    lengths = tuple((400 + 5 * i, 80 + i) for i in range(60))
+    fitter = ProcessFitter()
+    try:
+        answer = fitter.curve(deployment, lengths)
+        for _ in range(3000):  # bounded: the worker starts in about a second, a run takes less
+            if not isinstance(answer, Pending):
+                break
+            time.sleep(0.01)
+            answer = fitter.curve(deployment, lengths)
+        assert not isinstance(answer, Pending)
+        assert fitter.curve(deployment, lengths) == answer
+        assert fitter.curve(deployment, lengths) == answer
+    finally:
+        fitter.close()
+
+
+def test_the_process_fitter_keeps_the_latest_finished_runs_and_every_pending_one() -> None:
+    deployment = _core(FOUR_GENERATIONS).capacity.per_replica[0].prior.deployment
+    assert deployment is not None
+    fitter = ProcessFitter()
+    pending: Future[Curve | None] = Future()
+    keys = [(deployment, ((100 + i, 10),)) for i in range(KEPT_RUNS + 1)]
+    fitter._runs[keys[0]] = pending
+    for key in keys[1:]:
+        done: Future[Curve | None] = Future()
+        done.set_result(None)
+        fitter._runs[key] = done
+    try:
+        fitter.curve(deployment, ((5, 5),))  # a new run: the oldest finished ones make room
+        assert len(fitter._runs) == KEPT_RUNS
+        assert fitter._runs[keys[0]] is pending
+        assert keys[1] not in fitter._runs
+        assert keys[2] not in fitter._runs
+        assert keys[-1] in fitter._runs
+    finally:
+        fitter.close()
 
 
 _UNDER_A_CAPTURE = """
