@@ -126,8 +126,8 @@ class ProcessFitter:
     fitter does: it was handed out once and forgotten, so the fleet's refit, which takes
     its cards' runs only when all are in, threw away each run it found done while another
     was pending, and a replica's refit of the same lengths took it from under it. Live,
-    the fleet's refit then never landed (rates read in requests of the default mix, 1.3-2
-    times the truth on the emulator)."""
+    the fleet's refit could then miss a whole run (rates read in requests of the default
+    mix: 1.3-1.7 times the truth on the emulator)."""
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
