@@ -451,6 +451,8 @@ async def test_the_picker_asked_for_while_being_built_names_the_strategy_of_now(
 
 
 async def test_the_rollout_plan_shown_while_its_dialog_is_being_built_is_drawn() -> None:
+    """Drawn once its widgets are mounted, not before: a draw at ``show`` in the window
+    found no plan widget to draw into (NoMatches), and none at all left it blank."""
     rig = loaded_rig()
     app = BuildsNothingAhead(rig.backend, auto_refresh=False)
     async with app.run_test(size=SIZE) as pilot:
