@@ -5,6 +5,7 @@
     python bench/bench_live_strategies.py --strategy round-robin --duration 60 --json
     python bench/bench_live_strategies.py --from-json run.json        # tables of a saved run
     python bench/bench_live_strategies.py --agreement --strategy all  # live against simulator
+    python bench/bench_live_strategies.py --strategy shortest-expected-delay --strategy oracle
 
 Three processes on this machine's loopback: the emulated fleet (router.emulator's
 EmulatedFleet, every replica of the fleet file on a free port), the router (RouterServer:
@@ -36,6 +37,11 @@ the emulator's clock (engine time over wall time x time scale, lowest replica: u
 its steps ran late, and the cards looked slower than they are). A run that fails one is
 marked BEHIND (and a search stops there); raise --slowdown until none is.
 
+``--strategy oracle`` is the simulator bench's reference (bench/bench_learned_capacity.py):
+weighted round-robin with every replica's weight set to its true capacity on the trace's mix
+(capacity_rps_by_replica), the static split an operator who knew every card would write.
+Its p99 TTFT beside the default strategy's, in the same run, is issue 13's ratio at load 0.8.
+
 ``--agreement`` asks whether the simulator predicts the live router: per strategy, the
 simulator's max sustainable load (its bisection over 0-1.2 of capacity, ``--sim-steps``
 steps, the same duration, seed and arrivals), then two live runs at 0.9 and 1.1 times it.
@@ -59,6 +65,8 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from bench_learned_capacity import with_weights
 
 from router.config import load_fleet
 from router.config.schema import FleetConfig, RouterConfig
@@ -87,6 +95,8 @@ AGREEMENT = (0.9, 1.1)
 """Live loads for --agreement, as multiples of the simulator's max sustainable load."""
 ENGINE_CLOCK_MIN = 0.97
 """Emulator engine time below this share of wall time x time scale: its steps ran late."""
+ORACLE = "oracle"
+"""Not a strategy: weighted round-robin with every weight at the replica's true capacity."""
 
 
 # ---- the emulated fleet, in its own process -------------------------------------------------
@@ -759,14 +769,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "rows": [],
     }
     for name in strategies:
+        runs_on, strategy = _as_run(name, fleet, capacities)
         if args.agreement:
-            report["rows"].append(await agreement(fleet_path, fleet, name, capacity, args))
+            row = await agreement(fleet_path, runs_on, strategy, capacity, args)
         elif args.max_sustainable:
-            report["rows"].append(await max_sustainable(fleet_path, fleet, name, capacity, args))
+            row = await max_sustainable(fleet_path, runs_on, strategy, capacity, args)
         else:
-            row = await one_run(fleet_path, fleet, name, args.load, capacity, args)
+            row = await one_run(fleet_path, runs_on, strategy, args.load, capacity, args)
+        row = {**row, "strategy": name}
+        if not (args.agreement or args.max_sustainable):
             _progress(row)
-            report["rows"].append(row)
+        report["rows"].append(row)
     report["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return report
 
@@ -779,8 +792,9 @@ def main() -> None:
     parser.add_argument(
         "--strategy",
         action="append",
-        choices=["all", *sorted(STRATEGIES)],
-        help="a strategy (repeatable; all: every one; default: six load-aware and reference ones)",
+        choices=["all", ORACLE, *sorted(STRATEGIES)],
+        help="a strategy (repeatable; all: every one; oracle: weighted round-robin at the true "
+        "capacities; default: six load-aware and reference ones)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--load", type=float, default=0.8, help="fraction of capacity (0.8)")
@@ -824,6 +838,16 @@ def main() -> None:
         print(json.dumps(report, indent=1))
     else:
         print_report(report)
+
+
+def _as_run(
+    name: str, fleet: FleetConfig, capacities: Mapping[str, float]
+) -> tuple[FleetConfig, str]:
+    """The fleet and strategy ``name`` runs: the oracle is the static split an operator who
+    knew every card's capacity would write, as the simulator's bench runs it."""
+    if name == ORACLE:
+        return with_weights(fleet, capacities), "weighted-round-robin"
+    return fleet, name
 
 
 def _mode(args: argparse.Namespace) -> str:
