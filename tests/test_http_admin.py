@@ -17,7 +17,7 @@ from router.http.server import RouterServer
 from router.replica import ReplicaState
 from router.telemetry.status import DISABLED
 from tests.http_support import Spec, routed, routed_fleet
-from tests.test_emulator_support import fleet_config, until
+from tests.test_emulator_support import fleet_config, metric, until
 from tests.test_http_failover import FAST_RETRY, assert_counts_add_up, load
 
 SPECS = (Spec("a"), Spec("b"), Spec("c"))
@@ -126,12 +126,14 @@ async def test_a_replica_is_measured_once_its_own_requests_have_run_the_model() 
 
 async def test_state_carries_learned_capacity_and_kv_size_with_source_and_age() -> None:
     """Learned req/s with its source, age, prior and measurement; the KV cache's size with its
-    source and the engine reading's age; the engine's preemption counter."""
+    source and the engine reading's age; the engine's preemption counter. /metrics carries
+    the same figures by replica and source."""
     async with routed(SPECS[:2]) as (server, emu):
         await server.engine_metrics.poll_once()
         async with httpx.AsyncClient() as front:
             body = {"model": emu.config.model, "prompt": "hi", "max_tokens": 2}
             assert (await front.post(server.front_url + "/v1/completions", json=body)).is_success
+            text = (await front.get(server.front_url + "/metrics")).text
         async with httpx.AsyncClient(base_url=server.admin_url) as admin:
             state = (await admin.get("/admin/state")).json()
         kv = {r.id: r.engine.kv_capacity_tokens for r in server.core.pool if r.engine}
@@ -153,6 +155,14 @@ async def test_state_carries_learned_capacity_and_kv_size_with_source_and_age() 
     assert served["capacity_measured_rps"] is None
     assert idle["capacity_age_s"] is None
     assert idle["capacity_measured_rps"] is None
+    for r in (served, idle):
+        labels = f'replica="{r["id"]}",source="prior"'
+        assert metric(text, f"gpurouter_replica_capacity_rps{{{labels}}}") > 0
+        labels = f'replica="{r["id"]}",source="engine"'
+        assert metric(text, f"gpurouter_replica_kv_capacity_tokens{{{labels}}}") == kv[r["id"]]
+    age = "gpurouter_replica_capacity_age_seconds"
+    assert metric(text, f'{age}{{replica="{served["id"]}"}}') >= 0
+    assert f'{age}{{replica="{idle["id"]}"}}' not in text  # never refined: no age
 
 
 @pytest.mark.parametrize("fmt", ["sse", "jsonl"])

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from console.ctl.render import print_status
+from console.view.header import Modes, header_lines
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.core import RouterCore
+from router.demo.report import snapshot_line
+from router.http.metrics import RouterMetrics
 from router.imbalance import Band, band, capacity_loads, imbalance_factor
 from router.request import Request
 from router.snapshot import build_snapshot
+from router.telemetry.router_stats import decode_stats, encode_stats
+from router.telemetry.status import DISABLED
+from tests.test_emulator_support import metric
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
 
@@ -92,3 +101,28 @@ def test_round_robin_on_a_mixed_fleet_reads_as_imbalanced_and_weighted_as_balanc
     wlc = build_snapshot(_core_with_in_flight("weighted-least-connections", 128))
     assert wlc.imbalance_factor < 1.1
     assert wlc.band is Band.EXCELLENT
+
+
+def test_every_surface_shows_the_one_factor_the_snapshot_computed() -> None:
+    """Decision 0003: one computation, shown alike by the console's header, the headless
+    JSON line, ``ctl status`` (the admin state), the routers' stats over MQTT and /metrics.
+    Round-robin on the mixed fleet, so the factor is far from 1 and any other reading of
+    load (in-flight counts, static weights) would show another figure."""
+    core = _core_with_in_flight("round-robin", 128)
+    snap = build_snapshot(core)
+    factor = snap.imbalance_factor
+    assert factor > 2
+    lines = header_lines(snap, DISABLED, Modes())
+    header = "\n".join("".join(text for text, _ in line) for line in lines)
+    assert f"{factor:.2f}" in header
+    line = snapshot_line(0.0, snap, DISABLED, offered_rps=0.0, client=Counter())
+    assert line["imbalance_factor"] == round(factor, 3)
+    state = snap.to_dict()
+    assert state["imbalance_factor"] == pytest.approx(factor)
+    out = io.StringIO()
+    print_status(state, out)
+    assert f"imbalance {factor:.2f}" in out.getvalue()
+    stats = decode_stats(encode_stats(snap, "r1", 0.0))
+    assert stats.imbalance_factor == round(factor, 4)
+    scraped = metric(RouterMetrics(core).render().decode(), "gpurouter_imbalance_factor")
+    assert scraped == pytest.approx(factor)
