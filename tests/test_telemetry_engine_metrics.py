@@ -94,6 +94,19 @@ def test_a_page_without_known_names_is_an_error(page: str) -> None:
         parse_engine_metrics(page)
 
 
+def test_a_line_the_poller_does_not_read_cannot_make_the_page_unreadable() -> None:
+    """Only the wanted names are parsed (a vLLM page is mostly histograms): a broken line of
+    another family leaves the reading whole, and a broken wanted line still fails the page."""
+    broken = 'vllm:time_to_first_token_seconds_bucket{le="0.1" 3\n'
+    reading = parse_engine_metrics(VLLM_TWO_ENGINES + broken)
+    assert (reading.waiting, reading.running) == (7, 22)
+    with pytest.raises(EngineMetricsError, match="not Prometheus text"):
+        parse_engine_metrics(VLLM_TWO_ENGINES + 'vllm:num_requests_running{engine="2" 3\n')
+    # A longer name that starts with a wanted one is another family, not read.
+    longer = 'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 50.0\n'
+    assert parse_engine_metrics(VLLM_TWO_ENGINES + longer).waiting == 7
+
+
 async def _poll_once(
     config: FleetConfig, endpoints: dict[str, str], *, others: bool = True
 ) -> EngineMetricsPoller:
