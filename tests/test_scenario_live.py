@@ -12,7 +12,8 @@ from tests.scenario_helpers import scenario_file
 # Ten times faster than life: 12 emulated seconds of load take 1.2 s. At twenty times, each
 # emulated replica steps every 1.5 ms of wall time, and on a loaded 2-core CI machine the
 # emulator fell behind the scenario's clock (its catch-up is bounded), so a100-0 sometimes
-# still held its last request at t=12.
+# still held its last request at t=12. The drain window ends as soon as every answer is in;
+# it is long so that a starved machine still answers every request (30 s of wall time).
 LIVE_DRAIN = """\
 name: live-drain
 seed: 5
@@ -20,7 +21,7 @@ fleet: {file: FLEET, emulated: true, time_scale: 10}
 workload:
   phases:
     - {duration: 12, rate: 5}
-drain: 20
+drain: 300
 actions:
   - {at: 4, command: drain, replica: a100-0}
   - {at: 5, fault: slow, replica: v100-0, factor: 2}
@@ -37,14 +38,28 @@ async def test_a_short_scenario_runs_live_against_the_emulator(tmp_path: Path) -
     lines: list[dict[str, Any]] = []
     scenario = load_scenario(scenario_file(tmp_path, LIVE_DRAIN))
     report = await run_live(scenario, lines.append)
-    # Every check holds; whether this machine kept up is its own verdict, not this test's
-    # (asserting it would make the test depend on how busy the machine is).
-    assert not report.failed, [str(c) for c in report.failed]
-    assert report.keeping_up is not None
     assert report.mode == "live"
+    kept = report.keeping_up
+    assert kept is not None
+    # The checks are timed (drained by t=12, none sent from t=4.001): on a machine that fell
+    # behind they measure the machine, and the run says so and judges none of them. What the
+    # drain must do whatever the machine's speed is asserted below, from the run's own record.
+    if report.judged:
+        assert not report.failed, [str(c) for c in report.failed]
+    else:
+        assert kept.behind
+        timed = {"a100-0 drained", "none to a100-0 once draining"}
+        assert {c.name for c in report.failed} <= timed, [str(c) for c in report.failed]
+    rec = report.measured.recorder
+    by_name = {c.name: c for c in report.checks}
+    assert by_name["a100-0 drained"].measured == rec.state_at("a100-0", 12.0)
+    history = [state for _, state in rec.states["a100-0"]]
+    assert history == ["active", "draining", "drained"]
+    draining_from = rec.states["a100-0"][1][0]
+    assert not [t for t, rid in rec.dispatches if rid == "a100-0" and t > draining_from]
+    assert any(rid == "a100-0" for _, rid in rec.dispatches)
     samples = [line for line in lines if line["kind"] == "sample"]
     assert [s["t"] for s in samples] == [float(t) for t in range(1, 13)]
-    assert samples[-1]["replicas"]["a100-0"]["state"] == "drained"
     actions = [line for line in lines if line["kind"] == "action"]
     assert [(a["action"], a["ok"]) for a in actions] == [
         ("drain replica=a100-0", True),
