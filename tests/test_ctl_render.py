@@ -325,3 +325,18 @@ def test_a_panic_event_shows_its_message_alone() -> None:
     assert event_line(event).endswith(
         "  router  panic  ok  PANIC: r: routing to every replica in service"
     )
+
+
+def test_an_engine_page_refused_as_nonsense_or_unreadable_gets_a_line_per_replica() -> None:
+    state = canned_state()
+    assert not any(line.startswith("engine metrics:") for line in render(state))
+    state["engine_metrics"] = {
+        "errors": {"v100-1": "HTTP 503"},
+        "rejected": {"a100-2": 3, "v100-1": 1},
+        "last_rejection": {"a100-2": "kv_usage: 7.0 outside 0.0..1.0", "v100-1": "waiting: nan"},
+    }
+    lines = [line for line in render(state) if line.startswith("engine metrics:")]
+    assert lines == [
+        "engine metrics: a100-2 3 refused, last good kept: kv_usage: 7.0 outside 0.0..1.0",
+        "engine metrics: v100-1 unreadable: HTTP 503",
+    ]

@@ -59,6 +59,7 @@ def status_view(state: State) -> RenderableType:
     parts.extend(_model_lines(state))
     parts.extend(_card_lines(state))
     parts.extend(_health_lines(state))
+    parts.extend(_engine_metrics_lines(state))
     telemetry = state.get("telemetry")
     if telemetry:
         parts.extend(Text(line) for line in telemetry_lines(telemetry))
@@ -237,6 +238,22 @@ def _health_lines(state: State) -> list[Text]:
             continue
         # One line each; --json has the whole reason.
         lines.append(Text(text, style="red", no_wrap=True, overflow="ellipsis"))
+    return lines
+
+
+def _engine_metrics_lines(state: State) -> list[Text]:
+    """One line per replica whose engine /metrics page could not be read, or carried values
+    refused as nonsense (each field kept at its last good value)."""
+    polled = state.get("engine_metrics") or {}
+    errors, rejected = polled.get("errors") or {}, polled.get("rejected") or {}
+    lines = []
+    for replica in sorted(errors.keys() | rejected.keys()):
+        if replica in errors:
+            text = f"engine metrics: {replica} unreadable: {errors[replica]}"
+        else:
+            why = (polled.get("last_rejection") or {}).get(replica, "")
+            text = f"engine metrics: {replica} {rejected[replica]} refused, last good kept: {why}"
+        lines.append(Text(text, style="yellow", no_wrap=True, overflow="ellipsis"))
     return lines
 
 
