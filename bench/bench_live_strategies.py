@@ -42,6 +42,11 @@ weighted round-robin with every replica's weight set to its true capacity on the
 (capacity_rps_by_replica), the static split an operator who knew every card would write.
 Its p99 TTFT beside the default strategy's, in the same run, is issue 13's ratio at load 0.8.
 
+Learned capacity is read every ``--capacity-every`` emulated seconds from ``--capacity-after``
+on, as bench/bench_capacity_accuracy.py reads it in the simulator: per replica, learned over
+true at the first reading and at the end, its lowest and highest, and the largest move from
+one reading to the next (issue 13: within 10% after 60 s at load 0.5, moving at most 5%).
+
 ``--agreement`` asks whether the simulator predicts the live router: per strategy, the
 simulator's max sustainable load (its bisection over 0-1.2 of capacity, ``--sim-steps``
 steps, the same duration, seed and arrivals), then two live runs at 0.9 and 1.1 times it.
@@ -54,6 +59,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -252,6 +258,31 @@ class Sampler:
                     self.in_flight[r.id].append(int(r.in_flight))
 
 
+class CapacityReadings:
+    """Learned capacity of every replica (emulated req/s), every ``every_s`` emulated seconds
+    from ``after_s`` after the load began until it ends (the drain's falling load is not the
+    steady load the readings are about)."""
+
+    def __init__(
+        self, core: Any, slowdown: float, after_s: float, every_s: float, until_s: float
+    ) -> None:
+        self.core, self.slowdown = core, slowdown
+        self.after_s, self.every_s, self.until_s = after_s, every_s, until_s
+        self.rps: dict[str, list[float]] = defaultdict(list)
+
+    async def run(self) -> None:
+        t = self.after_s
+        await asyncio.sleep(t * self.slowdown)
+        while t <= self.until_s:
+            for rid, v in learned_capacity(self.core, self.slowdown).items():
+                self.rps[rid].append(v["rps"])
+            await asyncio.sleep(self.every_s * self.slowdown)
+            t += self.every_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"after_s": self.after_s, "every_s": self.every_s, "rps": dict(self.rps)}
+
+
 class FirstTokens:
     """Router-side TTFT of every request: its arrival at the front door to the replica's first
     byte (the first token: every request streams), or none for one that never got it.
@@ -321,6 +352,7 @@ async def one_run(
     server: RouterServer | None = None
     loadgen: Any = None
     sampler_task: asyncio.Task[None] | None = None
+    reader_task: asyncio.Task[None] | None = None
     t_start = time.perf_counter()
     try:
         urls = await _recv(loop, emu_conn, 60.0)
@@ -356,9 +388,16 @@ async def one_run(
         t_go = server.core.clock()
         gen_conn.send("go")
         sampler.recording = True
+        readings = CapacityReadings(
+            server.core, n, args.capacity_after, args.capacity_every, args.duration
+        )
+        if args.capacity_every > 0:
+            reader_task = asyncio.create_task(readings.run())
         wall_budget = (args.duration + args.drain) * n + 60.0
         result = await _recv(loop, gen_conn, wall_budget)
         sampler.recording = False
+        if reader_task is not None:
+            reader_task.cancel()
         after = completed_by_replica(server.core)
         learned = learned_capacity(server.core, n)
         # The generator has cut off what was left; let the router settle those requests.
@@ -370,10 +409,11 @@ async def one_run(
         emu_conn.send("stop")
         clock_share = await _recv(loop, emu_conn, 30.0)
     finally:
-        if sampler_task is not None:
-            sampler_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler_task
+        for task in (sampler_task, reader_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if server is not None:
             await server.stop(0.0)
         stop_children(loadgen, emulator)
@@ -401,6 +441,7 @@ async def one_run(
     row["wall_s"] = round(time.perf_counter() - t_start, 1)
     row["unsettled_at_end"] = unsettled
     row["learned_capacity"] = learned
+    row["learned_capacity_readings"] = readings.to_dict()
     row.update(ttft_breakdown(in_window))
     row["not_completed_reasons"] = dict(first_tokens.reasons.most_common(8))
     return row
@@ -643,6 +684,7 @@ def print_load(report: Mapping[str, Any]) -> None:
             )
             print(f"  {r['strategy']:<27} {cells}")
         print("  (ratio learned/true; p prior, m measured, o operator)")
+        print_capacity_readings(report["rows"], true)
     print(
         "machine checks (load generator late p99, router loop lag p99, emulated s; emulator clock):"
     )
@@ -652,6 +694,28 @@ def print_load(report: Mapping[str, Any]) -> None:
             f"  {r['strategy']:<27} {c['loadgen_late_p99_s']:.3f} {c['router_loop_lag_p99_s']:.3f} "
             f"{c['emulator_clock_min']:.3f}  ({r['wall_s']:.0f} s wall)"
         )
+
+
+def print_capacity_readings(rows: Sequence[Mapping[str, Any]], true: Mapping[str, float]) -> None:
+    """Per run and replica: learned over true at the first reading and the last, the lowest
+    and highest, and the largest move between two readings."""
+    for r in rows:
+        readings = r.get("learned_capacity_readings") or {}
+        by_replica = {k: v for k, v in readings.get("rps", {}).items() if v and true.get(k)}
+        if not by_replica:
+            continue
+        print(
+            f"  {r['strategy']}: read every {readings['every_s']:g} s from "
+            f"{readings['after_s']:g} s (first, last, lowest-highest over true; largest move):"
+        )
+        for rid, values in by_replica.items():
+            ratios = [v / true[rid] for v in values]
+            moves = [abs(b - a) / a for a, b in itertools.pairwise(values) if a > 0]
+            print(
+                f"    {rid:<10} {ratios[0]:.3f} {ratios[-1]:.3f} "
+                f"{min(ratios):.3f}-{max(ratios):.3f} {max(moves, default=0.0):.3f}"
+                f"  ({len(values)} readings)"
+            )
 
 
 def print_search(report: Mapping[str, Any]) -> None:
@@ -818,6 +882,12 @@ def main() -> None:
     )
     parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape, 1 = Poisson")
     parser.add_argument("--seed", type=int, default=1, help="seed (1)")
+    parser.add_argument(
+        "--capacity-after", type=float, default=60.0, help="first learned-capacity reading (60)"
+    )
+    parser.add_argument(
+        "--capacity-every", type=float, default=5.0, help="between readings, emulated s (5; 0 off)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     parser.add_argument(
         "--from-json", metavar="FILE", help="print the tables of a saved --json run, run nothing"
