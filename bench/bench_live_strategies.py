@@ -51,6 +51,8 @@ one reading to the next (issue 13: within 10% after 60 s at load 0.5, moving at 
 simulator's max sustainable load (its bisection over 0-1.2 of capacity, ``--sim-steps``
 steps, the same duration, seed and arrivals), then two live runs at 0.9 and 1.1 times it.
 Sustained at 0.9 and not at 1.1 means the live figure is within 10% of the simulator's.
+The live router draws (random splits, p2c's candidates) from ``--seed``, as the simulator's
+router does, so that a random split is judged on the draw the simulator made.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import random
 import sys
 import time
 from collections import Counter, defaultdict
@@ -358,7 +361,16 @@ async def one_run(
         urls = await _recv(loop, emu_conn, 60.0)
         config = _pointed_at(fleet, urls)
         config = dataclasses.replace(config, router=scaled(config.router, n))
-        server = RouterServer(config, listen="127.0.0.1:0", admin_listen="127.0.0.1:0")
+        # The router draws (random splits, p2c's candidates) from the seed the simulator's
+        # router uses, so that a random split draws the same cards for the same arrivals in
+        # both: its limit turns on which card draws the long requests, and an unseeded live
+        # draw is one of many against the simulator's one.
+        server = RouterServer(
+            config,
+            listen="127.0.0.1:0",
+            admin_listen="127.0.0.1:0",
+            rng=random.Random(args.seed),
+        )
         await server.start()
         server.core.set_strategy(strategy, {})
         model = config.model or config.replicas[0].model
