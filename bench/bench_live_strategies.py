@@ -408,8 +408,6 @@ async def one_run(
         wall_budget = (args.duration + args.drain) * n + 60.0
         result = await _recv(loop, gen_conn, wall_budget)
         sampler.recording = False
-        if reader_task is not None:
-            reader_task.cancel()
         after = completed_by_replica(server.core)
         learned = learned_capacity(server.core, n)
         # The generator has cut off what was left; let the router settle those requests.
