@@ -141,3 +141,86 @@ def test_every_sequence_finishes_once_with_its_full_output_and_the_cache_balance
     assert len(finished) == len(set(finished))
     assert set(finished) == set(added) - cancelled
     assert all(added[f].generated == added[f].output_tokens for f in finished)
+
+
+def context_cost(prefill_tokens: int, decode_seqs: int, decode_context_tokens: int) -> float:
+    """A toy cost that reads every argument, so a wrong decode context shows in the clock."""
+    return 0.001 * prefill_tokens + 0.004 * decode_seqs + 3e-6 * decode_context_tokens + 0.01
+
+
+def closed_loop(
+    engine: Engine, lengths: list[tuple[int, int]], quiet: bool
+) -> tuple[list[object], int]:
+    """Keeps the engine full from ``lengths`` (cycled), stepping one step at a time or with
+    ``run_quiet_steps`` between; returns every finish, its step and clock, and the end state,
+    and how many steps ``run_quiet_steps`` ran."""
+    fed = quiet_steps = 0
+
+    def feed() -> None:
+        nonlocal fed
+        p, o = lengths[fed % len(lengths)]
+        engine.add(Sequence(f"s{fed}", p, o))
+        fed += 1
+
+    for _ in range(len(lengths)):
+        feed()
+    clock = 0.0
+    trace: list[object] = []
+    while fed < 4 * len(lengths):
+        if quiet:
+            before = engine.step_no
+            clock = engine.run_quiet_steps(clock)
+            quiet_steps += engine.step_no - before
+        step = engine.start_step()
+        assert step > 0
+        clock += step
+        out = engine.finish_step()
+        assert 0 <= engine.kv_used <= engine.kv_capacity
+        for seq in out.finished:
+            trace.append((seq.id, engine.step_no, clock))
+            feed()
+    trace.append((engine.step_no, engine.kv_used, engine.decode_context, engine.busy_seconds))
+    trace.append(engine.preemptions)
+    return trace, quiet_steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 120)), min_size=1, max_size=12),
+    capacity=st.integers(800, 6000),
+    max_seqs=st.integers(1, 16),
+    budget=st.integers(64, 1024),
+)
+def test_quiet_steps_run_at_once_give_the_same_floats_as_one_at_a_time(
+    lengths: list[tuple[int, int]], capacity: int, max_seqs: int, budget: int
+) -> None:
+    """The fast path skips only bookkeeping: every finish comes at the same step and the same
+    clock, to the bit, through admissions, prefill chunks and preemptions."""
+    lengths = [(p, o) for p, o in lengths if p + o <= capacity // 2] or [(10, 10)]
+
+    def make() -> Engine:
+        return Engine(
+            context_cost,
+            kv_capacity_tokens=capacity,
+            max_num_seqs=max_seqs,
+            max_batched_tokens=budget,
+        )
+
+    assert closed_loop(make(), lengths, quiet=True)[0] == closed_loop(make(), lengths, False)[0]
+
+
+def test_a_full_cache_keeps_the_queue_waiting_through_quiet_steps_and_preempts_on_time() -> None:
+    """Eight long requests in a cache that holds about five: admission stops on the cache and
+    decoding outgrows it; the fast path stops short of both and gives the same run."""
+
+    def make() -> Engine:
+        return Engine(context_cost, kv_capacity_tokens=1200, max_num_seqs=8)
+
+    lengths = [(100, 150)] * 8
+    (fast, quiet_steps), (slow, _) = (
+        closed_loop(make(), lengths, True),
+        closed_loop(make(), lengths, False),
+    )
+    assert fast == slow
+    assert quiet_steps > len(fast)  # most steps went the fast way
+    assert fast[-1] != 0  # the run did preempt

@@ -95,6 +95,7 @@ def capacity_at(
     done = 0
     started_at = 0.0
     while done < warmup + measure:
+        t = engine.run_quiet_steps(t)
         step = engine.start_step()
         if step <= 0:
             raise ValueError("the engine stalled with work waiting: nothing can be admitted")

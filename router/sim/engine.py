@@ -190,6 +190,49 @@ class Engine:
             self.cancel(seq_id)
         return out
 
+    def run_quiet_steps(self, clock: float) -> float:
+        """Run the steps from here that only decode: no prefill, no admission, no preemption
+        and no sequence finishing. ``clock`` plus each step's duration in turn is returned.
+
+        Such steps are most of a closed loop's (a request of 256 tokens decodes 255 of them),
+        and ``start_step`` and ``finish_step`` do the bookkeeping of a step that could do
+        anything; these change only the step count and the KV the decoders grow into. Each
+        step's duration and every sum are the same floats, added in the same order, as
+        stepping one at a time gives, so a measured capacity does not move by a bit.
+        """
+        steps = self._quiet_steps()
+        n = len(self.decoding)
+        cost, context, busy = self.cost, self.decode_context, self.busy_seconds
+        for _ in range(steps):
+            duration = cost(0, n, context)
+            busy += duration
+            clock += duration
+            context += n
+        self.step_no += steps
+        self.kv_used += steps * n
+        self.decode_context = context
+        self.busy_seconds = busy
+        return clock
+
+    def _quiet_steps(self) -> int:
+        """How many steps from here only decode (see ``run_quiet_steps``)."""
+        n = len(self.decoding)
+        if self._plan is not None or self._cancel_after_step or self.prefilling or not n:
+            return 0
+        heap = self._finish_heap
+        # A step ending at step_no + k retires the entries due by then (stale ones included:
+        # the step that meets them does the checking).
+        steps = heap[0][0] - self.step_no - 1 if heap else 0
+        # Each step writes n tokens; one that would not fit preempts.
+        steps = min(steps, (self.kv_capacity - self.kv_used) // n)
+        if self.waiting and self.running < self.max_num_seqs and self.max_batched_tokens > n:
+            # Only a cache too full to admit the head keeps it waiting, and decoding only
+            # fills the cache further.
+            reserve = self.kv_capacity // 100 + BLOCK_TOKENS * n
+            if self.kv_used + n + self.waiting[0].need + reserve <= self.kv_capacity:
+                return 0
+        return max(steps, 0)
+
     def _chunk(self, seq: Sequence, budget: int, chunks: list[tuple[Sequence, int]]) -> int:
         n = min(seq.need - seq.prefilled, budget, self.kv_capacity - self._planned_kv)
         if n > 0:
