@@ -28,7 +28,9 @@ workload:
   lengths: {lognormal: {prompt: [200, 300], output: [40, 60]}}
   phases:
     - {duration: 60, rate: 6}
-drain: 20
+# Long enough for a starved machine to finish the canary and answer every request; the run
+# ends as soon as both are done, so a machine that keeps up is not kept longer.
+drain: 300
 actions:
   - at: 3
     canary:

@@ -41,7 +41,9 @@ workload:
   lengths: {lognormal: {prompt: [200, 300], output: [40, 60]}}
   phases:
     - {duration: 40, rate: 4}
-drain: 20
+# Long enough for a starved machine to finish the rollout and answer every request; the run
+# ends as soon as both are done, so a machine that keeps up is not kept longer.
+drain: 300
 actions:
   - at: 3
     rollout:

@@ -71,6 +71,19 @@ class LiveRollout:
         await rollout.wait()
         self._ended_at = self.now()
 
+    async def settle(self, within_s: float) -> None:
+        """Wait up to ``within_s`` seconds for the rollout to end, if it started and has not.
+
+        The simulator runs a rollout on through the scenario's drain window; a live run whose
+        last answer came in while it was still moving gives it what is left of that window,
+        so that a machine slower than the scenario's clock is judged on the same rollout.
+        """
+        watch = self._watch
+        if watch is None or watch.done() or within_s <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(watch), within_s)
+
     async def outcome(self) -> RolloutOutcome | None:
         """What it did, as it stands now; None when it never started."""
         if self._rollout is None or self._step is None:

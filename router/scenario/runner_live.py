@@ -178,6 +178,9 @@ async def _drive(
     ticker = asyncio.create_task(lag.run())
     try:
         interrupted_at = await _drained_or_stopped(load, stop, now)
+        if interrupted_at is None:
+            left = t0 + (scenario.duration_s + scenario.drain_s) / scale - time.monotonic()
+            await asyncio.gather(rollout.settle(left), canary.settle(left))
         # The run ends here; what the cut-offs and the shutdown do is not part of it.
         rec.finish()
         ticker.cancel()
