@@ -2,6 +2,7 @@
 
     python bench/bench_real_capacity.py                  # 2 rounds at load 0.5, 60 s each
     python bench/bench_real_capacity.py --rounds 3 --load 0.3 --json
+    python bench/bench_real_capacity.py --load 0.5 --load 0.9   # each load's rounds in turn
 
 The fleet is the real-engine lab's (docs/real-engines.md): two vLLM for CPU engines serving
 tiny models of unequal speed, each pinned to a core of its own; the lab's fleet file, every
@@ -59,12 +60,20 @@ from router.lab import Lab  # noqa: E402
 DEFAULT = ROUTERS[0]
 AIM = 0.10
 SETTLE_S = 10.0
-"""Seconds a saturating load runs before its window opens (every engine full by then)."""
+"""Seconds a saturating load runs before its window opens (every engine full by then; on a
+host without bf16 in its vector unit the slow engine prefills its first 64 prompts for about
+40 s: ``--settle``)."""
 WINDOW_S = 30.0
-"""Seconds over which a saturated engine's completions are counted."""
+"""Seconds over which a saturated engine's completions are counted (``--window``)."""
 
 
-def measure_routed(lab: Lab, alone: dict[str, float], workdir: Path) -> dict[str, float]:
+def measure_routed(
+    lab: Lab,
+    alone: dict[str, float],
+    workdir: Path,
+    settle_s: float = SETTLE_S,
+    window_s: float = WINDOW_S,
+) -> dict[str, float]:
     """Each engine's request rate with every engine kept full through gpurouter at once: a
     closed loop as wide as all their batch sizes, each engine's output counted by its own
     ``vllm:generation_tokens_total`` over the middle of the run. On a machine where the
@@ -82,7 +91,7 @@ def measure_routed(lab: Lab, alone: dict[str, float], workdir: Path) -> dict[str
             kwargs={
                 "lab": lab,
                 "url": router.url,
-                "prompts": int(expected * (SETTLE_S + WINDOW_S + 15)),
+                "prompts": int(expected * (settle_s + window_s + 15)),
                 "rate": None,
                 "concurrency": width,
                 "seed": 7,
@@ -91,10 +100,10 @@ def measure_routed(lab: Lab, alone: dict[str, float], workdir: Path) -> dict[str
             daemon=True,
         )
         load.start()
-        time.sleep(SETTLE_S)
+        time.sleep(settle_s)
         before = {e.name: generated(e.url) for e in lab.engines}
         t0 = time.monotonic()
-        time.sleep(WINDOW_S)
+        time.sleep(window_s)
         counts = {e.name: generated(e.url) - before[e.name] for e in lab.engines}
         elapsed = time.monotonic() - t0
         load.join()
@@ -159,13 +168,18 @@ class Watcher:
 
 
 def one_round(
-    lab: Lab, rates: dict[str, float], args: argparse.Namespace, rnd: int, workdir: Path
+    lab: Lab,
+    rates: dict[str, float],
+    args: argparse.Namespace,
+    load: float,
+    rnd: int,
+    workdir: Path,
 ) -> list[dict[str, Any]]:
-    """A fresh router under Poisson load; its readings."""
+    """A fresh router under Poisson load at ``load`` of the summed rates; its readings."""
     router = start_router(DEFAULT, lab, {}, None, workdir)
     try:
         with Watcher(router, args.every) as watcher:
-            rate = args.load * sum(rates.values())
+            rate = load * sum(rates.values())
             bench_serve(
                 lab,
                 router.url,
@@ -190,15 +204,26 @@ def _cell(x: float | None) -> str:
 
 
 def report(
+    refs: dict[str, dict[str, float]],
+    rounds: dict[float, list[list[dict[str, Any]]]],
+    seconds: float,
+) -> None:
+    alone = refs["alone"]
+    for label, ref in (
+        ("alone, as wide as its batch size", alone),
+        ("kept full through gpurouter beside the other", refs["routed"]),
+    ):
+        print(f"each engine {label}: " + ", ".join(f"{k} {ref[k]:.2f} req/s" for k in sorted(ref)))
+    for load, its_rounds in rounds.items():
+        print(f"-- at {load} of the summed routed rates")
+        report_load(refs, its_rounds, seconds)
+
+
+def report_load(
     refs: dict[str, dict[str, float]], rounds: list[list[dict[str, Any]]], seconds: float
 ) -> None:
     alone, routed = refs["alone"], refs["routed"]
     names = sorted(alone)
-    for label, ref in (
-        ("alone, as wide as its batch size", alone),
-        ("kept full through gpurouter beside the other", routed),
-    ):
-        print(f"each engine {label}: " + ", ".join(f"{k} {ref[k]:.2f} req/s" for k in names))
     print(
         "over each engine's rate kept full through gpurouter: learned (source), measurement, prior"
     )
@@ -237,12 +262,24 @@ def report(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--load", type=float, default=0.5, help="fraction of the summed rates")
+    parser.add_argument(
+        "--load",
+        type=float,
+        action="append",
+        help="fraction of the summed rates (0.5); repeat it for rounds at each load in turn",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load a round")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between readings")
     parser.add_argument("--alone-prompts", type=int, default=400)
+    parser.add_argument(
+        "--settle", type=float, default=SETTLE_S, help="seconds kept full before counting"
+    )
+    parser.add_argument(
+        "--window", type=float, default=WINDOW_S, help="seconds a kept-full engine is counted"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    loads = args.load or [0.5]
     with tempfile.TemporaryDirectory(prefix="gpurouter-capacity-") as tmp:
         workdir = Path(tmp)
         with real_lab_up(workdir) as lab:
@@ -250,11 +287,15 @@ def main() -> None:
             width = lab.state.options.max_num_seqs
             alone = measure_alone(lab, width, args.alone_prompts, workdir)
             say("every engine kept full through gpurouter at once")
-            refs = {"alone": alone, "routed": measure_routed(lab, alone, workdir)}
-            rounds = []
-            for rnd in range(args.rounds):
-                say(f"round {rnd + 1}: gpurouter default at {args.load} of their rates")
-                rounds.append(one_round(lab, refs["routed"], args, rnd, workdir))
+            refs = {
+                "alone": alone,
+                "routed": measure_routed(lab, alone, workdir, args.settle, args.window),
+            }
+            rounds: dict[float, list[list[dict[str, Any]]]] = {load: [] for load in loads}
+            for load in loads:
+                for rnd in range(args.rounds):
+                    say(f"round {rnd + 1}: gpurouter default at {load} of their rates")
+                    rounds[load].append(one_round(lab, refs["routed"], args, load, rnd, workdir))
     if args.json:
         print(json.dumps({"rates_rps": refs, "rounds": rounds, "args": vars(args)}, indent=1))
     else:
