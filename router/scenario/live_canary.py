@@ -14,7 +14,7 @@ from router.errors import ConfigError, RolloutError
 from router.rollout.canary import Canary
 from router.rollout.splits import Splits
 from router.scenario.canary_step import CanaryStep
-from router.scenario.live_rollout import served_lists
+from router.scenario.live_rollout import served_lists, settle
 from router.scenario.recording import CanaryOutcome
 
 __all__ = ["LiveCanary"]
@@ -74,17 +74,8 @@ class LiveCanary:
             self._rolled_back_at = self.now()
 
     async def settle(self, within_s: float) -> None:
-        """Wait up to ``within_s`` seconds for the canary to end, if it started and has not.
-
-        The simulator runs a canary on through the scenario's drain window; a live run whose
-        last answer came in while it was still moving gives it what is left of that window,
-        so that a machine slower than the scenario's clock is judged on the same canary.
-        """
-        watch = self._watch
-        if watch is None or watch.done() or within_s <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch), within_s)
+        """Wait up to ``within_s`` seconds for the canary to end (``live_rollout.settle``)."""
+        await settle(self._watch, within_s)
 
     async def outcome(self) -> CanaryOutcome | None:
         """What it did, as it stands now; None when it never started."""

@@ -23,10 +23,24 @@ from router.rollout.manager import RolloutManager
 from router.scenario.recording import RolloutOutcome
 from router.scenario.rollout_step import RolloutStep
 
-__all__ = ["LiveRollout", "served_lists"]
+__all__ = ["LiveRollout", "served_lists", "settle"]
 
 ACTOR = "scenario"
 _MODELS_TIMEOUT_S = 5.0
+
+
+async def settle(watch: asyncio.Task[None] | None, within_s: float) -> None:
+    """Wait up to ``within_s`` seconds for a live step's watch to see it end, if it started
+    and has not; on time out the watch goes on.
+
+    The simulator runs a rollout or canary on through the scenario's drain window; a live run
+    whose last answer came in while one was still moving gives it what is left of that
+    window, so that a machine slower than the scenario's clock is judged on the same step.
+    """
+    if watch is None or watch.done() or within_s <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(watch), within_s)
 
 
 class LiveRollout:
@@ -72,17 +86,8 @@ class LiveRollout:
         self._ended_at = self.now()
 
     async def settle(self, within_s: float) -> None:
-        """Wait up to ``within_s`` seconds for the rollout to end, if it started and has not.
-
-        The simulator runs a rollout on through the scenario's drain window; a live run whose
-        last answer came in while it was still moving gives it what is left of that window,
-        so that a machine slower than the scenario's clock is judged on the same rollout.
-        """
-        watch = self._watch
-        if watch is None or watch.done() or within_s <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(watch), within_s)
+        """Wait up to ``within_s`` seconds for the rollout to end (see ``settle``)."""
+        await settle(self._watch, within_s)
 
     async def outcome(self) -> RolloutOutcome | None:
         """What it did, as it stands now; None when it never started."""
