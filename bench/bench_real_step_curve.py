@@ -82,8 +82,6 @@ class Window:
     busy_s: float
     steps: float
     tokens: float
-    successes: float
-    seconds: float
 
 
 class Scraper:
@@ -127,12 +125,7 @@ class Scraper:
                 continue
             running = [v[RUNNING] for _, v in rows[start : end + 1]]
             busy = sum(1 for x in running if x > 0) / len(running)
-            out.append(
-                Window(
-                    (t1 - t0) * busy, steps, b[TOKENS] - a[TOKENS], b[SUCCESSES] - a[SUCCESSES],
-                    t1 - t0,
-                )
-            )  # fmt: skip
+            out.append(Window((t1 - t0) * busy, steps, b[TOKENS] - a[TOKENS]))
             start = end
         return out
 

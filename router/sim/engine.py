@@ -225,9 +225,9 @@ class Engine:
         steps = heap[0][0] - self.step_no - 1 if heap else 0
         # Each step writes n tokens; one that would not fit preempts.
         steps = min(steps, (self.kv_capacity - self.kv_used) // n)
-        if self.waiting and self.running < self.max_num_seqs and self.max_batched_tokens > n:
-            # Only a cache too full to admit the head keeps it waiting, and decoding only
-            # fills the cache further.
+        if self.waiting and n < self.max_num_seqs and self.max_batched_tokens > n:
+            # (n is all that runs: nothing prefills.) Only a cache too full to admit the
+            # head keeps it waiting, and decoding only fills the cache further.
             reserve = self.kv_capacity // 100 + BLOCK_TOKENS * n
             if self.kv_used + n + self.waiting[0].need + reserve <= self.kv_capacity:
                 return 0
