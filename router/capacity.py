@@ -35,7 +35,11 @@ filter (``SMOOTH_S``). Where the performance model does not know the card or the
 prior is the replica's static weight times the fleet's rate per unit of weight, and the
 measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
 against concurrency, a line through its completions) read at its batch size; until that line
-can be drawn, the plain throughput at the concurrency it ran.
+can be drawn, the plain throughput at the concurrency it ran. Until such a card has
+completed anything lately, the requests streaming on it stand in, each as far as it has come
+(``Progress``): a slow engine whose requests take a minute has no completion for that minute,
+and held the fleet's average with every weight at 1 (a real CPU engine 5.8x slower than that,
+for 70 s).
 
 Model runs take a tenth of a second or more: the live router does them in a worker process
 (``ProcessFitter``) and keeps the prior it has until one is back.
@@ -58,7 +62,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -131,6 +135,29 @@ class Source(StrEnum):
     """An operator's pinned weight."""
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A request still running on a replica, as far as its stream has come."""
+
+    cost: float
+    """Cost units done so far: its prompt (prefilled before the first token) and the tokens
+    streamed."""
+    mark: float
+    """The replica's share integral when it started (``ReplicaCapacity.share_mark``)."""
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """What the requests still streaming on a replica add to its measurement, as of ``at``."""
+
+    at: float
+    cost: float
+    shares: float
+    curve: LoadCurve
+    """The replica's load curve with their points added."""
+
+
 KvFigure = tuple[int | None, "Source | None", float | None]
 """Tokens, where the figure came from, and the age of the engine reading behind it."""
 
@@ -145,7 +172,8 @@ class CapacityEstimate:
     """The same in requests per second at the workload's mean request."""
     rate_source: Source
     rate_age_s: float | None
-    """Seconds since the last completion that refined it (None: never measured)."""
+    """Seconds since the last completion, or the streams in flight, that refined it (None:
+    never measured)."""
     prior_rate: float
     measured_rate: float | None
     """What the router's accounting alone says (None: nothing completed yet)."""
@@ -289,6 +317,7 @@ class ReplicaCapacity:
         "_last_completion",
         "_own_at_fit",
         "_own_refit",
+        "_running",
         "_share",
         "_shares",
         "_stamp",
@@ -321,6 +350,8 @@ class ReplicaCapacity:
         """Seconds per unit of work against concurrency: read only where the model does not
         know the replica (its efficiency is then 1, so a request's share is its time over its
         concurrency, and its life over its share is its mean concurrency)."""
+        self._running: _Running | None = None
+        """The requests still streaming, where the model does not know the replica."""
 
     def advance(self, in_flight: int, now: float) -> None:
         stamp, self._stamp = self._stamp, now
@@ -353,18 +384,68 @@ class ReplicaCapacity:
         if self.prior.deployment is None and share > 0 and life > 0 and cost > 0:
             self.curve.add(life / share, life / cost, cost, decay)
 
+    def progress(self, running: Sequence[Progress], now: float) -> None:
+        """The requests running on this replica, as far as their streams have come (the
+        share integral advanced to ``now``). Counted only where the model does not know the
+        replica (a modelled card has its prior until it completes enough), and only while
+        it has completed none within ``TAU_S``: a completion counts its cost as the router
+        priced it, from ``max_tokens``, and a stream half-way counts the tokens it has, so
+        where answers stop well short of ``max_tokens`` the two read apart.
+
+        A stream counts its prompt whole from its first token (the prefill is done), which
+        is the cost model's own premise (a prompt token costs ``prompt_factor`` of a
+        generated one): the time a request waited for its prefill is paid for by it."""
+        self._running = None
+        last = self._last_completion
+        if self.prior.deployment is not None or (last is not None and now - last < TAU_S):
+            return
+        points = []
+        for p in running:
+            share, life = self._share - p.mark, now - p.started
+            if share > 0 and life > 0 and p.cost > 0:
+                points.append((life / share, life / p.cost, p.cost, share))
+        if not points:
+            return
+        # The curve's points and the sums below decay from the last completion; these
+        # requests are as of now, so what came before is decayed to now first.
+        curve = self.curve.copy()
+        decay = self._decay_to(now) if last is not None else 1.0
+        for concurrency, seconds_per_unit, cost, _ in points:
+            curve.add(concurrency, seconds_per_unit, cost, decay)
+            decay = 1.0
+        cost = sum(point[2] for point in points)
+        shares = sum(point[3] for point in points)
+        self._running = _Running(now, cost, shares, curve)
+
     def measured(self, batch_size: int) -> float | None:
         """Cost units per second at saturation on the mix this replica served, from
         accounting alone: the work its requests did over the model's share of the engine
         each had during its own life (a long request weighs in both, so the lengths' spread
-        cancels instead of adding noise). Without a model, the load curve at ``batch_size``."""
+        cancels instead of adding noise). Without a model, the load curve at ``batch_size``,
+        the requests still streaming standing in until one completes (``progress``)."""
+        if self.prior.deployment is None:
+            return self._unmodelled(batch_size)
         if self._shares <= 0 or self.completions < 1.0:
             return None
-        if self.prior.deployment is None:
-            at_batch = self.curve.rate_at(batch_size)
-            if at_batch is not None:
-                return at_batch
         return self._work / self._shares * self.own.cost_per_effort()
+
+    def _unmodelled(self, batch_size: int) -> float | None:
+        """The load curve at ``batch_size``; until it can be drawn, the plain throughput at
+        the concurrency the replica ran (its efficiency is 1 throughout: a share is time over
+        concurrency)."""
+        running = self._running
+        curve = self.curve if running is None else running.curve
+        at_batch = curve.rate_at(batch_size)
+        if at_batch is not None:
+            return at_batch
+        cost = shares = 0.0
+        if self._shares > 0 and self.completions >= 1.0:
+            decay = 1.0 if running is None else self._decay_to(running.at)
+            cost = self._work * self.own.cost_per_effort() * decay
+            shares = self._shares * decay
+        if running is not None:
+            cost, shares = cost + running.cost, shares + running.shares
+        return cost / shares if shares > 0 and cost > 0 else None
 
     def fitted(self) -> bool:
         """Whether the model at this replica's own mix is there to read its accounting by."""
@@ -375,8 +456,17 @@ class ReplicaCapacity:
         return self.completions * self._decay_to(now)
 
     def evidence(self, now: float) -> float:
-        """Seconds at saturation the measurement covers, decayed to ``now``."""
-        return self._shares * self._decay_to(now)
+        """Seconds at saturation the measurement covers, decayed to ``now`` (with the
+        requests still streaming, where they count)."""
+        running = 0.0 if self._running is None else self._running.shares
+        return self._shares * self._decay_to(now) + running
+
+    def measured_at(self) -> float | None:
+        """When the measurement last took in a request: a completion, or the streams running
+        at the last refresh (None: never measured)."""
+        if self._running is not None:
+            return self._running.at
+        return self._last_completion
 
     def _decay_to(self, now: float) -> float:
         last = self._last_completion
@@ -430,9 +520,6 @@ class ReplicaCapacity:
             # replica's (a slow card sent only short requests batches many more of them).
             self._work = self._shares = self.completions = 0.0
         self._own_at_fit, self.own_prior = point, prior
-
-    def last_completion(self) -> float | None:
-        return self._last_completion
 
     def _model(self) -> Prior:
         own = self.own_prior
@@ -513,8 +600,11 @@ class FleetCapacity:
     def due(self, now: float) -> bool:
         return self._last_refresh is None or now - self._last_refresh >= REFRESH_S
 
-    def refresh(self, now: float) -> list[Replica]:
-        """Recompute every replica's speed and KV limit; the replicas whose figures moved."""
+    def refresh(
+        self, now: float, running: Mapping[int, Sequence[Progress]] | None = None
+    ) -> list[Replica]:
+        """Recompute every replica's speed and KV limit; the replicas whose figures moved.
+        ``running``: each replica's requests still streaming, by index."""
         last, self._last_refresh = self._last_refresh, now
         k = 1.0 if last is None else 1.0 - math.exp(-max(now - last, 0.0) / SMOOTH_S)
         first_fit = self._mix_at_fit is None
@@ -535,7 +625,9 @@ class FleetCapacity:
         self._known_unit = self._unit_from_known()
         self.calibration = self._calibrate(now)
         for r in self._replicas:
-            self.per_replica[r.index].advance(r.in_flight, now)
+            acc = self.per_replica[r.index]
+            acc.advance(r.in_flight, now)
+            acc.progress(() if running is None else running.get(r.index, ()), now)
         rates = [self._smooth(i, self._rate(i, now), k) for i in range(len(self._replicas))]
         self.unit_rate = _unit_rate(self._replicas, rates)
         changed = []
@@ -557,12 +649,12 @@ class FleetCapacity:
         if r.weight_pinned:
             rate, source = r.weight * self.unit_rate, Source.OPERATOR
         kv, kv_source, kv_age = self._kv(r, now)
-        last = acc.last_completion()
+        last = acc.measured_at()
         return CapacityEstimate(
             rate=rate,
             rps=self.rps(rate),
             rate_source=source,
-            rate_age_s=None if last is None else now - last,
+            rate_age_s=None if last is None else max(now - last, 0.0),
             prior_rate=self._prior_rate(r.index),
             measured_rate=self._measured(r.index),
             completions=acc.recent_completions(now),
@@ -842,6 +934,7 @@ __all__ = [
     "FleetCapacity",
     "MixTracker",
     "Prior",
+    "Progress",
     "ReplicaCapacity",
     "Source",
 ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from router.adaptive import TunerChange
 from router.admission_queue import AdmissionQueue
-from router.capacity import FleetCapacity
+from router.capacity import FleetCapacity, Progress
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.decision_log import EXPLAINED_PER_S, DecisionLog
@@ -70,6 +70,8 @@ class Assignment:
     """What the replica's learned capacity predicted this attempt would take, when sent."""
     share_mark: float = 0.0
     """The replica's share integral when it started (router/capacity.py)."""
+    streamed: int = 0
+    """Tokens its stream has relayed so far (about one event each), for learned capacity."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,11 +281,23 @@ class RouterCore:
 
     def refresh_capacity(self) -> None:
         """Recompute learned capacities now and re-rank the replicas whose figures moved."""
-        changed = self.capacity.refresh(self.clock())
+        changed = self.capacity.refresh(self.clock(), self._progress())
         for r in changed:
             self.pool.changed(r)
         if changed:
             self.dispatch()
+
+    def _progress(self) -> dict[int, list[Progress]]:
+        """The streams running on each replica, as far as they have come: a replica whose
+        requests take a minute is measured within seconds (router/capacity.py)."""
+        factor = self.settings.cost.prompt_factor
+        out: dict[int, list[Progress]] = {}
+        for a in self._running.values():
+            if a.first_token and a.streamed > 0:
+                cost = a.request.prompt_tokens * factor + a.streamed
+                progress = Progress(cost, a.share_mark, a.started)
+                out.setdefault(a.replica.index, []).append(progress)
+        return out
 
     # ---- peer routers (router/peer_load.py) ------------------------------------------------
 

@@ -8,7 +8,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from router.replica import EngineLoad
 from router.request import Request
 from router.sim.runner import KEEP_UP, Workload, catalog_for, fleet_capacity, simulate, trace_rows
 from router.sim.simulator import Simulation
+from tests.capacity_support import four_running
 from tests.fleet_factory import make_fleet
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
@@ -57,23 +57,6 @@ def test_a_card_the_model_does_not_know_gets_its_weight_times_the_fleets_rate() 
     assert core.capacity.estimate(fast, 0.0).kv_tokens is None
 
 
-def _four_running(core: RouterCore, index: int, life_s: float) -> Iterator[float]:
-    """Four requests of cost 1 on replica ``index`` at every instant, each ``life_s`` long,
-    started a quarter of that apart and replaced when it ends (4 / life_s completed a
-    second), in the replica's own accounting; yields the time of each event."""
-    acc = core.capacity.per_replica[index]
-    started: list[tuple[float, float]] = []  # (start, share mark)
-    t = 0.0
-    while True:
-        acc.advance(len(started), t)
-        if len(started) == 4:
-            start, mark = started.pop(0)
-            acc.completed((100, 100), 1.0, mark, start, t)
-        started.append((t, acc.share_mark()))
-        yield t
-        t += life_s / 4
-
-
 def test_a_card_the_model_does_not_know_is_soon_what_it_measures_not_the_fleets_average() -> None:
     """Two cards the model does not know, weights at 1, one 4x the other: their prior is
     the fleet's average, which says nothing of either. Refreshed each second as the core
@@ -82,8 +65,8 @@ def test_a_card_the_model_does_not_know_is_soon_what_it_measures_not_the_fleets_
     core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
     fast, slow = core.pool
     events = heapq.merge(
-        ((t, fast.index) for t in _four_running(core, fast.index, life_s=0.5)),
-        ((t, slow.index) for t in _four_running(core, slow.index, life_s=2.0)),
+        ((t, fast.index) for t in four_running(core, fast.index, life_s=0.5)),
+        ((t, slow.index) for t in four_running(core, slow.index, life_s=2.0)),
     )
     second = 1.0
     for t, _ in events:

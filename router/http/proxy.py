@@ -403,6 +403,7 @@ class Exchange:
                     self._first_byte(a, first_token=True)
                     await send(self._head(a, response.status, content_type))
                 events += chunk.count(b"data:")
+                a.streamed = events
                 errored = errored or _error_event(a, previous, chunk)
                 if not done and _ends_with_done(previous, chunk):
                     done = self.answered = True  # no error event may follow it now

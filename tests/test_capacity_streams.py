@@ -1,0 +1,159 @@
+"""Learned capacity of a card the model does not know, from the requests still streaming on it:
+a slow engine whose requests take longer than a minute is measured before any completes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from router.capacity import Progress, Source
+from router.clock import ManualClock
+from router.config.loader import load_fleet
+from router.core import RouterCore
+from router.request import Request
+from tests.capacity_support import four_running
+from tests.fleet_factory import make_fleet
+
+FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
+
+PROMPT_COST = 50.0
+"""A 100-token prompt at the default prompt factor (0.5)."""
+OUTPUT = 200
+LIFE_S = 100.0
+PREFILL_S = 20.0
+"""The prompt's share of the request's life, as the cost model prices it (50 of 250)."""
+AT_ONCE = 8
+SLOW_RATE = AT_ONCE * (PROMPT_COST + OUTPUT) / LIFE_S
+"""Cost units a second the slow card does at 8 at once: 20."""
+
+
+def _streamed(t: float) -> int:
+    """Tokens a request started at 0 has streamed by ``t``: none until its prompt is done,
+    then evenly to the last at ``LIFE_S``."""
+    if t < PREFILL_S:
+        return 0
+    return min(OUTPUT, int((t - PREFILL_S) / (LIFE_S - PREFILL_S) * OUTPUT))
+
+
+def _progress(t: float, mark: float) -> list[Progress]:
+    tokens = _streamed(t)
+    if tokens == 0:
+        return []
+    return [Progress(PROMPT_COST + tokens, mark, 0.0)] * AT_ONCE
+
+
+def _occupy(core: RouterCore, index: int, count: int = AT_ONCE) -> None:
+    """``count`` requests running on replica ``index``, as the core counts its in-flight."""
+    r = core.pool.replicas[index]
+    for i in range(count):
+        r.running[f"{r.id}-{i}"] = Request(f"{r.id}-{i}", 100, OUTPUT, 0.0)
+
+
+def _run(core: RouterCore, until: float, *, streams: bool) -> float:
+    """The fast card completes its requests; the slow one runs 8 started at 0 that do not end
+    before ``LIFE_S``. Refreshed each second as the core does, with the slow card's streams
+    when ``streams``; returns the slow card's share mark."""
+    fast, slow = core.pool
+    acc = core.capacity.per_replica[slow.index]
+    _occupy(core, 1)
+    acc.advance(AT_ONCE, 0.0)
+    mark = acc.share_mark()
+    second = 1.0
+    for t in four_running(core, fast.index, life_s=0.5, cost=100.0):
+        while t >= second:
+            running = {slow.index: _progress(second, mark)} if streams else None
+            core.capacity.refresh(second, running)
+            second += 1.0
+        if t >= until:
+            break
+    return mark
+
+
+def test_a_slow_card_is_measured_from_its_streams_before_any_request_completes() -> None:
+    """Both cards unknown to the model, weights at 1. The slow card's requests take 100 s;
+    at 30 s none has completed, yet its streams (its prompts done, tokens coming) say what
+    it does, and it reads that, measured, where it held the fleet's average."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    _run(core, 30.0, streams=True)
+    slow = core.pool.replicas[1]
+    estimate = core.capacity.estimate(slow, 30.0)
+    assert estimate.completions == 0
+    assert estimate.measured_rate == pytest.approx(SLOW_RATE, rel=0.02)
+    assert estimate.rate_source is Source.MEASURED
+    assert estimate.rate == pytest.approx(SLOW_RATE, rel=0.1)
+    assert estimate.rate_age_s == 0.0  # as of the last refresh's streams
+
+    blind = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    _run(blind, 30.0, streams=False)
+    held = blind.capacity.estimate(blind.pool.replicas[1], 30.0)
+    assert held.rate_source is Source.PRIOR
+    assert held.measured_rate is None
+    assert held.rate > 10 * SLOW_RATE  # the fast card's 800 a second lift the average
+
+
+def test_streams_before_their_first_token_say_nothing() -> None:
+    """Prompts still prefilling have streamed nothing: no measurement, the prior stands."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    _run(core, PREFILL_S - 1.0, streams=True)
+    estimate = core.capacity.estimate(core.pool.replicas[1], PREFILL_S - 1.0)
+    assert estimate.measured_rate is None
+    assert estimate.rate_source is Source.PRIOR
+
+
+def test_once_a_request_completes_the_streams_no_longer_count() -> None:
+    """A completion prices the request from ``max_tokens`` and a stream from the tokens it
+    has: only the completions count once there are any."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    slow = core.pool.replicas[1]
+    mark = _run(core, 30.0, streams=True)
+    acc = core.capacity.per_replica[slow.index]
+    acc.advance(AT_ONCE, 31.0)
+    acc.completed((100, 10), 60.0, mark, 0.0, 31.0)  # stopped early: cost 60 in 31 s
+    core.capacity.refresh(32.0, {slow.index: _progress(32.0, mark)})
+    estimate = core.capacity.estimate(slow, 32.0)
+    assert estimate.measured_rate == pytest.approx(60.0 / (31.0 / AT_ONCE))
+    assert estimate.rate_age_s == pytest.approx(1.0)
+
+
+def test_a_card_the_model_knows_keeps_its_prior_whatever_streams() -> None:
+    """A modelled card's measurement waits for its own completions (counted in engine
+    steps, which a stream half-way does not tell)."""
+    core = RouterCore(
+        load_fleet(FLEETS / "untuned-four-generations.yaml"),
+        clock=ManualClock(),
+        rng=random.Random(0),
+    )
+    h100 = core.replica("h100-0")
+    acc = core.capacity.per_replica[h100.index]
+    _occupy(core, h100.index, 4)
+    acc.advance(4, 0.0)
+    mark = acc.share_mark()
+    core.capacity.refresh(10.0, {h100.index: [Progress(5000.0, mark, 0.0)] * 4})
+    estimate = core.capacity.estimate(h100, 10.0)
+    assert estimate.measured_rate is None
+    assert estimate.rate_source is Source.PRIOR
+    assert estimate.rate_age_s is None
+
+
+def test_streams_of_different_ages_at_one_concurrency_give_its_throughput() -> None:
+    """Requests started a second apart, each streaming at the same pace: every one of them
+    says the same throughput, so their sum does."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    slow = core.pool.replicas[1]
+    acc = core.capacity.per_replica[slow.index]
+    marks = []
+    for start in range(AT_ONCE):
+        acc.advance(start, float(start))
+        marks.append(acc.share_mark())
+    _occupy(core, slow.index)
+    now = 40.0
+    acc.advance(AT_ONCE, now)
+    # Each request at AT_ONCE * 2.5 units a second over its share (time over concurrency).
+    running = []
+    for start, mark in enumerate(marks):
+        share = acc.share_mark() - mark
+        running.append(Progress(2.5 * AT_ONCE * share, mark, float(start)))
+    core.capacity.refresh(now, {slow.index: running})
+    assert core.capacity.estimate(slow, now).measured_rate == pytest.approx(2.5 * AT_ONCE)
