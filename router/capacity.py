@@ -176,7 +176,8 @@ class CapacityEstimate:
     never measured)."""
     prior_rate: float
     measured_rate: float | None
-    """What the router's accounting alone says (None: nothing completed yet)."""
+    """What the router's accounting alone says (None: nothing measured yet; a card the model
+    does not know is measured from its streams before its first completion)."""
     completions: float
     """Recent completions behind the measurement (decayed with ``TAU_S``)."""
     kv_tokens: int | None
