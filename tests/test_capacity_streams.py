@@ -57,7 +57,7 @@ def _run(core: RouterCore, until: float, *, streams: bool) -> float:
     when ``streams``; returns the slow card's share mark."""
     fast, slow = core.pool
     acc = core.capacity.per_replica[slow.index]
-    _occupy(core, 1)
+    _occupy(core, slow.index)
     acc.advance(AT_ONCE, 0.0)
     mark = acc.share_mark()
     second = 1.0
@@ -137,9 +137,10 @@ def test_a_card_the_model_knows_keeps_its_prior_whatever_streams() -> None:
     assert estimate.rate_age_s is None
 
 
-def test_streams_of_different_ages_at_one_concurrency_give_its_throughput() -> None:
-    """Requests started a second apart, each streaming at the same pace: every one of them
-    says the same throughput, so their sum does."""
+def test_streams_of_different_ages_and_concurrencies_give_the_engines_throughput() -> None:
+    """An engine that does 20 units a second however many it runs, shared evenly among
+    them: requests started a second apart (1 at once, then 2, up to 8), each as far as its
+    share of the engine took it, read 20 together, however far each has come."""
     core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
     slow = core.pool.replicas[1]
     acc = core.capacity.per_replica[slow.index]
@@ -150,7 +151,8 @@ def test_streams_of_different_ages_at_one_concurrency_give_its_throughput() -> N
     _occupy(core, slow.index)
     now = 40.0
     acc.advance(AT_ONCE, now)
-    # Each request at AT_ONCE * 2.5 units a second over its share (time over concurrency).
+    # Each request has done the engine's 20 units a second times its share of the engine
+    # (time over concurrency), summed over its life so far.
     running = []
     for start, mark in enumerate(marks):
         share = acc.share_mark() - mark

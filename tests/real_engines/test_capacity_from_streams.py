@@ -86,7 +86,9 @@ async def test_the_slow_engine_is_measured_from_its_streams_before_any_completes
     assert row["capacity_source"] == "measured"
     assert row["capacity_age_s"] is not None
     # The streams ran at once from the start, so the router's figure (cost over each
-    # stream's share of the engine) is the engine's cost a second over the same stretch.
+    # stream's share of the engine) is the engine's cost a second over the same stretch
+    # (0.90 of it when this test was written: the two are not read at the same instant,
+    # and the router prices a prompt from its own estimate of its tokens).
     done = (prompt_after - prompt_before) * factor + (generated_after - generated_before)
     engine_rate = done / (now - started)
-    assert 0.5 < estimate.measured_rate / engine_rate < 2.0
+    assert 0.7 < estimate.measured_rate / engine_rate < 1 / 0.7
