@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -335,24 +337,41 @@ async def test_without_discovery_the_fleet_file_is_trusted() -> None:
         assert server.served_models.names() == [MODEL]
 
 
+@contextmanager
+def _refusing(url: str) -> Iterator[None]:
+    """Keep a stopped replica's port bound and not listening: a connection to it is refused,
+    and no other test's server, started meanwhile by another worker of the suite, is given
+    the port. Once, in the whole suite, the ask there ran out of time instead of being
+    refused, which a port taken by a server that does not answer gives; alone under four
+    busy loops on two cores it was refused six times of six."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", urlsplit(url).port or 0))
+        yield
+    finally:
+        holder.close()
+
+
 async def test_a_replica_that_does_not_answer_is_judged_by_the_fleet_file() -> None:
     """Its declared model stands, and why the ask failed is in the admin state."""
     declared = fleet_config(*SPECS)
     async with EmulatedFleet(declared, ports=any_ports(SPECS)) as emulated:
         down = emulated.url("b")
         await emulated.replicas["b"].stop()
-        server = RouterServer(
-            routed_fleet(declared, emulated), listen="127.0.0.1:0", admin_listen="127.0.0.1:0"
-        )
-        await server.start()
-        try:
-            async with httpx.AsyncClient() as http:
-                state = (await http.get(server.admin_url + "/admin/state")).json()
-            b = server.core.replica("b")
-            assert b.serves(MODEL)
-            assert server.served_models.names() == [MODEL]
-        finally:
-            await server.stop(grace_s=0)
+        with _refusing(down):
+            server = RouterServer(
+                routed_fleet(declared, emulated), listen="127.0.0.1:0", admin_listen="127.0.0.1:0"
+            )
+            await server.start()
+            try:
+                async with httpx.AsyncClient() as http:
+                    state = (await http.get(server.admin_url + "/admin/state")).json()
+                b = server.core.replica("b")
+                assert b.serves(MODEL)
+                assert server.served_models.names() == [MODEL]
+            finally:
+                await server.stop(grace_s=0)
     section = state["served_models"]["b"]
     assert (section["served"], section["mismatch"], section["age_s"]) == (None, None, None)
     assert section["error"].startswith(f"{down}/v1/models: Cannot connect")
