@@ -397,9 +397,9 @@ class ReplicaCapacity:
         is the cost model's own premise (a prompt token costs ``prompt_factor`` of a
         generated one): the time a request waited for its prefill is paid for by it."""
         self._running = None
-        last = self._last_completion
-        if self.prior.deployment is not None or (last is not None and now - last < TAU_S):
+        if not self.counts_streams(now):
             return
+        last = self._last_completion
         points = []
         for p in running:
             share, life = self._share - p.mark, now - p.started
@@ -417,6 +417,11 @@ class ReplicaCapacity:
         cost = sum(point[2] for point in points)
         shares = sum(point[3] for point in points)
         self._running = _Running(now, cost, shares, curve)
+
+    def counts_streams(self, now: float) -> bool:
+        """Whether ``progress`` would count the streams running now (``progress`` says when)."""
+        last = self._last_completion
+        return self.prior.deployment is None and (last is None or now - last >= TAU_S)
 
     def measured(self, batch_size: int) -> float | None:
         """Cost units per second at saturation on the mix this replica served, from
@@ -581,6 +586,10 @@ class FleetCapacity:
     def share_mark(self, r: Replica) -> float:
         """The mark to stamp on a request starting on ``r`` (after ``advance``)."""
         return self.per_replica[r.index].share_mark()
+
+    def counts_streams(self, r: Replica, now: float) -> bool:
+        """Whether ``r``'s streams running now count in its measurement (``refresh``)."""
+        return self.per_replica[r.index].counts_streams(now)
 
     def completed(
         self,

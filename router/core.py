@@ -281,22 +281,28 @@ class RouterCore:
 
     def refresh_capacity(self) -> None:
         """Recompute learned capacities now and re-rank the replicas whose figures moved."""
-        changed = self.capacity.refresh(self.clock(), self._progress())
+        now = self.clock()
+        changed = self.capacity.refresh(now, self._progress(now))
         for r in changed:
             self.pool.changed(r)
         if changed:
             self.dispatch()
 
-    def _progress(self) -> dict[int, list[Progress]]:
-        """The streams running on each replica, as far as they have come: a replica whose
-        requests take a minute is measured within seconds (router/capacity.py)."""
+    def _progress(self, now: float) -> dict[int, list[Progress]]:
+        """The streams running on each replica whose measurement counts them, as far as they
+        have come: a replica whose requests take a minute is measured within seconds
+        (router/capacity.py). None is built where none counts (every card modelled)."""
         factor = self.settings.cost.prompt_factor
         out: dict[int, list[Progress]] = {}
-        for a in self._running.values():
-            if a.first_token and a.streamed > 0:
-                cost = a.request.prompt_tokens * factor + a.streamed
-                progress = Progress(cost, a.share_mark, a.started)
-                out.setdefault(a.replica.index, []).append(progress)
+        for r in self.pool:
+            if not r.running or not self.capacity.counts_streams(r, now):
+                continue
+            streams = out[r.index] = []
+            for rid in r.running:
+                a = self._running.get(rid)
+                if a is not None and a.first_token and a.streamed > 0:
+                    cost = a.request.prompt_tokens * factor + a.streamed
+                    streams.append(Progress(cost, a.share_mark, a.started))
         return out
 
     # ---- peer routers (router/peer_load.py) ------------------------------------------------

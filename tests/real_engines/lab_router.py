@@ -21,6 +21,8 @@ from router.lab.fleet_file import fleet_yaml
 __all__ = [
     "QUIET_HEALTH",
     "admin_state",
+    "counter",
+    "engine_metrics",
     "eventually",
     "fleet_of",
     "openai_client",
@@ -97,3 +99,21 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
     while not await check():
         assert loop.time() < deadline, f"still not true after {GUARD_S:g} s: {what}"
         await asyncio.sleep(0.2)
+
+
+async def engine_metrics(engine: Engine) -> str:
+    """The engine's own /metrics page."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(engine.url + "/metrics")
+    response.raise_for_status()
+    return response.text
+
+
+def counter(metrics: str, family: str) -> float:
+    """A counter's value on a /metrics page, summed over its labels (0 when absent)."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(family + "{") or line.startswith(family + " ")
+    ]
+    return sum(values)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from openai import AsyncOpenAI
 
 from router.capacity import Source
 from router.lab import Engine, Lab
 from tests.real_engines.lab_router import (
     admin_state,
+    counter,
+    engine_metrics,
     fleet_of,
     openai_client,
     replica_state,
@@ -27,14 +28,8 @@ TOKENS_SEEN = 20
 
 async def _counters(engine: Engine) -> tuple[float, float]:
     """The engine's prompt and generated tokens so far (``vllm:*_tokens_total``)."""
-    async with httpx.AsyncClient(timeout=10) as client:
-        text = (await client.get(engine.url + "/metrics")).text
-    totals = {"vllm:prompt_tokens_total": 0.0, "vllm:generation_tokens_total": 0.0}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["vllm:prompt_tokens_total"], totals["vllm:generation_tokens_total"]
+    page = await engine_metrics(engine)
+    return counter(page, "vllm:prompt_tokens_total"), counter(page, "vllm:generation_tokens_total")
 
 
 async def _stream(client: AsyncOpenAI, model: str, seen: asyncio.Event) -> None:

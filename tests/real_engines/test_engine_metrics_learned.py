@@ -14,6 +14,8 @@ from router.config.schema import HealthConfig
 from router.lab import Engine, Lab, ServeOptions
 from tests.real_engines.lab_router import (
     admin_state,
+    counter,
+    engine_metrics,
     eventually,
     fleet_of,
     replica_state,
@@ -31,22 +33,6 @@ def _labels(metrics: str, family: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', line))
 
 
-def _counter(metrics: str, family: str) -> float:
-    values = [
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
-        if line.startswith(family + "{") or line.startswith(family + " ")
-    ]
-    return sum(values)
-
-
-async def _metrics(engine: Engine) -> str:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(engine.url + "/metrics")
-    response.raise_for_status()
-    return response.text
-
-
 def _kv_tokens(metrics: str) -> int:
     """The engine's KV-cache size in tokens, read from its cache-config labels."""
     labels = _labels(metrics, "vllm:cache_config_info")
@@ -54,7 +40,7 @@ def _kv_tokens(metrics: str) -> int:
 
 
 async def test_each_engines_kv_size_is_learned_from_its_cache_config(vllm_lab: Lab) -> None:
-    expected = {e.name: _kv_tokens(await _metrics(e)) for e in vllm_lab.engines[:2]}
+    expected = {e.name: _kv_tokens(await engine_metrics(e)) for e in vllm_lab.engines[:2]}
     # The two models differ in KV bytes per token: one cache holds more tokens than the other.
     assert len(set(expected.values())) == 2
     async with routed(fleet_of(vllm_lab), health=POLLED) as server:
@@ -92,7 +78,7 @@ async def test_preemptions_are_read_from_the_engines_metrics(
         answers = await asyncio.gather(*(client.post(url, json=body) for _ in range(16)))
         assert [a.status_code for a in answers] == [200] * 16
 
-        preempted = _counter(await _metrics(tight_engine), "vllm:num_preemptions_total")
+        preempted = counter(await engine_metrics(tight_engine), "vllm:num_preemptions_total")
         assert preempted > 0
 
         async def seen() -> bool:
@@ -101,4 +87,4 @@ async def test_preemptions_are_read_from_the_engines_metrics(
 
         await eventually(seen, f"the router's count of preemptions at the engine's {preempted}")
         state = replica_state(await admin_state(server), tight_engine.name)
-        assert state["kv_capacity_tokens"] == _kv_tokens(await _metrics(tight_engine))
+        assert state["kv_capacity_tokens"] == _kv_tokens(await engine_metrics(tight_engine))
