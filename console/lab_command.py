@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
+from router.lab.cpu_dtype import DTYPES, host_dtype
 from router.lab.engine_kind import ServeOptions
 from router.lab.engines import DEFAULT_READY_S
 from router.lab.kinds import KINDS
@@ -60,6 +61,13 @@ def _add_up(up: argparse.ArgumentParser) -> None:
         type=_positive,
         default=_DEFAULTS.kv_cache_gib,
         help=f"each engine's KV cache in whole GiB ({_DEFAULTS.kv_cache_gib})",
+    )
+    up.add_argument(
+        "--dtype",
+        choices=("auto", *DTYPES),
+        default="auto",
+        help="the number format the engines compute in (auto: bfloat16 where this CPU has "
+        "bf16 instructions, float32 elsewhere, the faster there)",
     )
     up.add_argument(
         "--timeout",
@@ -148,7 +156,9 @@ def _up(kind: EngineKind, args: argparse.Namespace, out: TextIO) -> int:
         max_model_len=_DEFAULTS.max_model_len,
         max_num_seqs=args.max_num_seqs,
         kv_cache_gib=args.kv_cache_gib,
+        dtype=host_dtype() if args.dtype == "auto" else args.dtype,
     )
+    say(f"engines compute in {options.dtype}{_dtype_reason(args.dtype, options.dtype)}")
     started = time.monotonic()
     lab = Lab.up(
         kind,
@@ -168,6 +178,14 @@ def _up(kind: EngineKind, args: argparse.Namespace, out: TextIO) -> int:
     say(f"serve it:   gpurouter serve --config {lab.fleet_file}")
     say(f"stop them:  gpurouter lab {kind.name} down")
     return 0
+
+
+def _dtype_reason(asked: str, dtype: str) -> str:
+    if asked != "auto":
+        return " (--dtype)"
+    if dtype == "bfloat16":
+        return " (this CPU has bf16 instructions)"
+    return " (this CPU has no bf16 instructions, and float32 runs faster on it)"
 
 
 def _down(kind: EngineKind, out: TextIO) -> int:
@@ -190,7 +208,8 @@ def _status(kind: EngineKind, out: TextIO) -> int:
     if lab is None:
         out.write(f"no {kind.name} lab is up (start one: gpurouter lab {kind.name} up)\n")
         return 1
-    out.write(f"{kind.name} lab, fleet file {lab.fleet_file}:\n")
+    dtype = lab.state.options.dtype
+    out.write(f"{kind.name} lab computing in {dtype}, fleet file {lab.fleet_file}:\n")
     states = [_state(engine) for engine in lab.engines]
     for engine, state in zip(lab.engines, states, strict=True):
         out.write(f"  {_engine_line(engine)}  {state}\n")

@@ -28,7 +28,9 @@ def test_status_and_down_find_a_running_lab_from_its_run_directory(
         lab.engines[1].freeze()
         assert main(["lab", "vllm", "status"]) == 1
         lines = capsys.readouterr().out.splitlines()
-        assert lines[0] == f"vllm lab, fleet file {tmp_path / 'run' / 'vllm' / 'fleet.yaml'}:"
+        fleet = tmp_path / "run" / "vllm" / "fleet.yaml"
+        dtype = lab.state.options.dtype
+        assert lines[0] == f"vllm lab computing in {dtype}, fleet file {fleet}:"
         for line, engine, state in zip(lines[1:], lab.engines, ["ready", "frozen"], strict=True):
             assert line.split() == [
                 *f"{engine.name} {engine.url} core 0 standin ({engine.model_dir.name})".split(),

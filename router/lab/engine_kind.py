@@ -4,8 +4,10 @@ later, the same way): what to install, how to launch it, how to serve a model wi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from router.lab.cpu_dtype import host_dtype
 
 __all__ = ["EngineKind", "ServeOptions"]
 
@@ -23,6 +25,9 @@ class ServeOptions:
     kv_blocks: int | None = None
     """Fewer KV-cache blocks than that memory holds (vLLM's ``--num-gpu-blocks-override``):
     a cache small enough to make the engine preempt, for tests."""
+    dtype: str = field(default_factory=host_dtype)
+    """The number format the engines compute in (vLLM's ``--dtype``): by default the faster
+    one on this CPU (router/lab/cpu_dtype.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ def fleet_yaml(
         f"# Written by `gpurouter lab {kind} up`: {len(engines)} {kind} engines on this",
         "# machine's CPU, each pinned to a core of its own. Every weight is 1: the router",
         "# learns how fast each engine is. Serve it with: gpurouter serve --config THIS_FILE",
+        f"# The engines compute in {options.dtype}.",
         f"cluster: lab-{kind}",
         f"model: {served_model}",
         "",

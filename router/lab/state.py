@@ -55,9 +55,14 @@ def load_state(run_dir: Path) -> LabState | None:
     try:
         return LabState(
             kind=document["kind"],
-            options=ServeOptions(**document["options"]),
+            options=_options(document["options"]),
             fleet_file=document["fleet_file"],
             engines=[EngineRecord(**e) for e in document["engines"]],
         )
     except (KeyError, TypeError) as exc:
         raise LabError(f"the lab's state {path} is not one gpurouter wrote: {exc}") from None
+
+
+def _options(recorded: dict[str, Any]) -> ServeOptions:
+    # A lab brought up before the lab chose a format ran its engines in the models' bf16.
+    return ServeOptions(**{"dtype": "bfloat16", **recorded})

@@ -58,6 +58,8 @@ def _serve_args(model_dir: Path, served_name: str, port: int, options: ServeOpti
         "--port",
         str(port),
         "--disable-uvicorn-access-log",
+        "--dtype",
+        options.dtype,
         *blocks,
     ]
 
