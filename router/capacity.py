@@ -318,6 +318,8 @@ class ReplicaCapacity:
         "_last_completion",
         "_own_at_fit",
         "_own_refit",
+        "_plain",
+        "_priced",
         "_running",
         "_share",
         "_shares",
@@ -344,6 +346,9 @@ class ReplicaCapacity:
         the engine's saturation rate one request gets, summed (never decays; marks differ)."""
         self._shares = 0.0
         self._work = 0.0
+        self._priced = self._plain = 0.0
+        """Completions' cost as priced (from ``max_tokens``) and as done (the tokens they
+        produced), decayed: what turns a stream's tokens so far into priced units."""
         self.completions = 0.0
         self._stamp: float | None = None
         self._last_completion: float | None = None
@@ -373,11 +378,16 @@ class ReplicaCapacity:
         mark: float,
         started: float,
         now: float,
+        plain: float,
     ) -> None:
+        """A request completed: ``cost`` as the router priced it, ``plain`` the same price
+        for the tokens it produced."""
         last, self._last_completion = self._last_completion, now
         decay = 1.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
         share = max(self._share - mark, 0.0)
         self._work = self._work * decay + _effort(lengths)
+        self._priced = self._priced * decay + cost
+        self._plain = self._plain * decay + plain
         self._shares = self._shares * decay + share
         self.completions = self.completions * decay + 1.0
         self.own.add(lengths[0], lengths[1], cost)
@@ -388,23 +398,27 @@ class ReplicaCapacity:
     def progress(self, running: Sequence[Progress], now: float) -> None:
         """The requests running on this replica, as far as their streams have come (the
         share integral advanced to ``now``). Counted only where the model does not know the
-        replica (a modelled card has its prior until it completes enough), and only while
-        it has completed none within ``TAU_S``: a completion counts its cost as the router
-        priced it, from ``max_tokens``, and a stream half-way counts the tokens it has, so
-        where answers stop well short of ``max_tokens`` the two read apart.
+        replica (a modelled card has its prior until it completes enough), beside its
+        completions: counting only the completed ones once there were any, a slow engine's
+        first wave was measured by the few requests that got ahead of it (1.9-2.0 of its
+        rate, then back, docs/benchmarks.md).
 
         A stream counts its prompt whole from its first token (the prefill is done), which
         is the cost model's own premise (a prompt token costs ``prompt_factor`` of a
-        generated one): the time a request waited for its prefill is paid for by it."""
+        generated one): the time a request waited for its prefill is paid for by it. A
+        completion counts its cost as the router priced it, from ``max_tokens``; where
+        answers stop short of that, a stream's tokens so far are priced up by the ratio of
+        the two over the replica's completions, so that both count in the same units."""
         self._running = None
-        if not self.counts_streams(now):
+        if not self.counts_streams():
             return
         last = self._last_completion
+        priced = self._priced / self._plain if self._priced > 0 and self._plain > 0 else 1.0
         points = []
         for p in running:
-            share, life = self._share - p.mark, now - p.started
-            if share > 0 and life > 0 and p.cost > 0:
-                points.append((life / share, life / p.cost, p.cost, share))
+            share, life, cost = self._share - p.mark, now - p.started, p.cost * priced
+            if share > 0 and life > 0 and cost > 0:
+                points.append((life / share, life / cost, cost, share))
         if not points:
             return
         # The curve's points and the sums below decay from the last completion; these
@@ -418,10 +432,10 @@ class ReplicaCapacity:
         shares = sum(point[3] for point in points)
         self._running = _Running(now, cost, shares, curve)
 
-    def counts_streams(self, now: float) -> bool:
-        """Whether ``progress`` would count the streams running now (``progress`` says when)."""
-        last = self._last_completion
-        return self.prior.deployment is None and (last is None or now - last >= TAU_S)
+    def counts_streams(self) -> bool:
+        """Whether ``progress`` counts the streams running: where the model does not know the
+        replica."""
+        return self.prior.deployment is None
 
     def measured(self, batch_size: int) -> float | None:
         """Cost units per second at saturation on the mix this replica served, from
@@ -587,9 +601,9 @@ class FleetCapacity:
         """The mark to stamp on a request starting on ``r`` (after ``advance``)."""
         return self.per_replica[r.index].share_mark()
 
-    def counts_streams(self, r: Replica, now: float) -> bool:
+    def counts_streams(self, r: Replica) -> bool:
         """Whether ``r``'s streams running now count in its measurement (``refresh``)."""
-        return self.per_replica[r.index].counts_streams(now)
+        return self.per_replica[r.index].counts_streams()
 
     def completed(
         self,
@@ -602,7 +616,8 @@ class FleetCapacity:
     ) -> None:
         """A request that started at ``started`` (the share integral at ``mark``) completed
         on ``r`` with these (prompt, output) lengths."""
-        self.per_replica[r.index].completed(lengths, cost, mark, started, now)
+        plain = lengths[0] * self.prompt_factor + lengths[1]
+        self.per_replica[r.index].completed(lengths, cost, mark, started, now, plain)
         self.mix.add(lengths[0], lengths[1], cost)
 
     # ---- estimates ---------------------------------------------------------------------

@@ -282,20 +282,20 @@ class RouterCore:
     def refresh_capacity(self) -> None:
         """Recompute learned capacities now and re-rank the replicas whose figures moved."""
         now = self.clock()
-        changed = self.capacity.refresh(now, self._progress(now))
+        changed = self.capacity.refresh(now, self._progress())
         for r in changed:
             self.pool.changed(r)
         if changed:
             self.dispatch()
 
-    def _progress(self, now: float) -> dict[int, list[Progress]]:
+    def _progress(self) -> dict[int, list[Progress]]:
         """The streams running on each replica whose measurement counts them, as far as they
         have come: a replica whose requests take a minute is measured within seconds
         (router/capacity.py). None is built where none counts (every card modelled)."""
         factor = self.settings.cost.prompt_factor
         out: dict[int, list[Progress]] = {}
         for r in self.pool:
-            if not r.running or not self.capacity.counts_streams(r, now):
+            if not r.running or not self.capacity.counts_streams(r):
                 continue
             streams = out[r.index] = []
             for rid in r.running:

@@ -20,7 +20,7 @@ def four_running(core: RouterCore, index: int, life_s: float, cost: float = 1.0)
         acc.advance(len(started), t)
         if len(started) == 4:
             start, mark = started.pop(0)
-            acc.completed((100, 100), cost, mark, start, t)
+            acc.completed((100, 100), cost, mark, start, t, cost)
         started.append((t, acc.share_mark()))
         yield t
         t += life_s / 4

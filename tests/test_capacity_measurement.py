@@ -76,7 +76,8 @@ class _ClosedLoop:
         acc.advance(self.CONCURRENCY, self.now)
         # Its share: a 1/8 part of the engine over its whole life.
         mark = acc.share_mark() - life / self.CONCURRENCY
-        acc.completed((prompt, output), cost, mark, self.now - life, self.now)
+        plain = 0.5 * prompt + output
+        acc.completed((prompt, output), cost, mark, self.now - life, self.now, plain)
 
 
 def _rps(acc: ReplicaCapacity) -> float:

@@ -98,7 +98,7 @@ def _run(a: float, b: float, rate: float, seconds: float, seed: int) -> ReplicaC
             acc.advance(c, t)
             for req in done:
                 running.remove(req)
-                acc.completed((100, 100), req[1], req[2], req[3], t)
+                acc.completed((100, 100), req[1], req[2], req[3], t, req[1])
         if t >= next_arrival:
             acc.advance(len(running), t)
             cost = rng.uniform(0.5, 1.5)
