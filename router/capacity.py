@@ -35,11 +35,11 @@ filter (``SMOOTH_S``). Where the performance model does not know the card or the
 prior is the replica's static weight times the fleet's rate per unit of weight, and the
 measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
 against concurrency, a line through its completions) read at its batch size; until that line
-can be drawn, the plain throughput at the concurrency it ran. Until such a card has
-completed anything lately, the requests streaming on it stand in, each as far as it has come
-(``Progress``): a slow engine whose requests take a minute has no completion for that minute,
-and held the fleet's average with every weight at 1 (a real CPU engine 5.8x slower than that,
-for 70 s).
+can be drawn, the plain throughput at the concurrency it ran. The requests streaming on such
+a card count beside its completions, each as far as it has come (``Progress``): a slow engine
+whose requests take a minute has no completion for that minute, and held the fleet's average
+with every weight at 1 (a real CPU engine 5.8x slower than that, for 70 s); and its first
+completions are the requests that got ahead of their wave.
 
 Model runs take a tenth of a second or more: the live router does them in a worker process
 (``ProcessFitter``) and keeps the prior it has until one is back.
