@@ -140,8 +140,8 @@ class Progress:
     """A request still running on a replica, as far as its stream has come."""
 
     cost: float
-    """Cost units done so far: the part of its price its steps so far stand for
-    (``done_cost``)."""
+    """Cost units done so far: its prompt (prefilled before the first token) and the tokens
+    streamed."""
     mark: float
     """The replica's share integral when it started (``ReplicaCapacity.share_mark``)."""
     started: float
@@ -380,8 +380,8 @@ class ReplicaCapacity:
         now: float,
         plain: float,
     ) -> None:
-        """A request completed: ``cost`` as the router priced it, ``plain`` the part of it
-        that the steps it took stand for (``done_cost``)."""
+        """A request completed: ``cost`` as the router priced it, ``plain`` the same price
+        for the tokens it produced."""
         last, self._last_completion = self._last_completion, now
         decay = 1.0 if last is None else math.exp(-max(now - last, 0.0) / TAU_S)
         share = max(self._share - mark, 0.0)
@@ -403,11 +403,12 @@ class ReplicaCapacity:
         first wave was measured by the few requests that got ahead of it (1.9-2.0 of its
         rate, then back, docs/benchmarks.md).
 
-        A stream counts the part of its price that its engine steps so far stand for
-        (``done_cost``), as if it ran to ``max_tokens``. A completion counts its whole price,
-        which is set by ``max_tokens``; where answers stop short of that, a stream's part is
-        priced up by the ratio of price to steps done over the replica's completions, so
-        that both count in the same units."""
+        A stream counts its prompt whole from its first token (the prefill is done), which
+        is the cost model's own premise (a prompt token costs ``prompt_factor`` of a
+        generated one): the time a request waited for its prefill is paid for by it. A
+        completion counts its cost as the router priced it, from ``max_tokens``; where
+        answers stop short of that, a stream's tokens so far are priced up by the ratio of
+        the two over the replica's completions, so that both count in the same units."""
         self._running = None
         if not self.counts_streams():
             return
@@ -612,13 +613,10 @@ class FleetCapacity:
         mark: float,
         started: float,
         now: float,
-        max_tokens: int | None = None,
     ) -> None:
         """A request that started at ``started`` (the share integral at ``mark``) completed
-        on ``r`` with these (prompt, output) lengths; priced at ``cost`` for ``max_tokens``
-        (None: for the tokens it produced)."""
-        asked = lengths[1] if max_tokens is None else max_tokens
-        plain = done_cost(cost, lengths[0], asked, lengths[1])
+        on ``r`` with these (prompt, output) lengths."""
+        plain = lengths[0] * self.prompt_factor + lengths[1]
         self.per_replica[r.index].completed(lengths, cost, mark, started, now, plain)
         self.mix.add(lengths[0], lengths[1], cost)
 
@@ -885,16 +883,6 @@ class FleetCapacity:
                 acc.prior = priors[d] or acc.prior
 
 
-def done_cost(cost: float, prompt: int, max_tokens: int, produced: int) -> float:
-    """The part of a request's priced ``cost`` that ``produced`` tokens so far stand for: its
-    share of the engine steps it takes if it runs to ``max_tokens`` (a prefill chunk, then a
-    token a step). Counting the prompt's whole price from the first token instead credited a
-    young stream with a third of its price for one step, and read an engine streaming short
-    answers 1.4-1.5x its rate."""
-    whole = _effort((prompt, max_tokens))
-    return cost * _effort((prompt, produced)) / whole if whole > 0 else 0.0
-
-
 def _effort(lengths: tuple[float, float]) -> float:
     """Engine steps a request takes part in: one per generated token, one per prefill chunk."""
     prompt, output = lengths
@@ -974,5 +962,4 @@ __all__ = [
     "Progress",
     "ReplicaCapacity",
     "Source",
-    "done_cost",
 ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from router.adaptive import TunerChange
 from router.admission_queue import AdmissionQueue
-from router.capacity import FleetCapacity, Progress, done_cost
+from router.capacity import FleetCapacity, Progress
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.decision_log import EXPLAINED_PER_S, DecisionLog
@@ -215,7 +215,7 @@ class RouterCore:
             r.observe_slowdown((now - a.started) / a.expected_s, now)
         produced = output_tokens if output_tokens is not None else req.max_tokens
         lengths = (req.prompt_tokens, produced)
-        self.capacity.completed(r, lengths, req.cost, a.share_mark, a.started, now, req.max_tokens)
+        self.capacity.completed(r, lengths, req.cost, a.share_mark, a.started, now)
         r.completed += 1
         self._attempt_ended(a, True)
         self._finish(req, Outcome.COMPLETED, replica=r.id)
@@ -292,6 +292,7 @@ class RouterCore:
         """The streams running on each replica whose measurement counts them, as far as they
         have come: a replica whose requests take a minute is measured within seconds
         (router/capacity.py). None is built where none counts (every card modelled)."""
+        factor = self.settings.cost.prompt_factor
         out: dict[int, list[Progress]] = {}
         for r in self.pool:
             if not r.running or not self.capacity.counts_streams(r):
@@ -300,9 +301,7 @@ class RouterCore:
             for rid in r.running:
                 a = self._running.get(rid)
                 if a is not None and a.first_token and a.streamed > 0:
-                    req = a.request
-                    produced = min(a.streamed, req.max_tokens)
-                    cost = done_cost(req.cost, req.prompt_tokens, req.max_tokens, produced)
+                    cost = a.request.prompt_tokens * factor + a.streamed
                     streams.append(Progress(cost, a.share_mark, a.started))
         return out
 

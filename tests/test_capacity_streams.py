@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from router.capacity import Progress, Source, done_cost
+from router.capacity import Progress, Source
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.core import RouterCore
@@ -116,7 +116,7 @@ def _first_of_a_wave_completes(produced: int) -> tuple[RouterCore, float]:
     mark = acc.share_mark()
     now = 31.0
     acc.advance(AT_ONCE, now)
-    plain = done_cost(PROMPT_COST + OUTPUT, 100, OUTPUT, produced)
+    plain = PROMPT_COST + produced
     acc.completed((100, produced), PROMPT_COST + OUTPUT, mark, 0.0, now, plain)
     slow.running.pop(f"{slow.id}-0")
     rest = (SLOW_RATE * now - plain) / (AT_ONCE - 1)
@@ -138,11 +138,11 @@ def test_the_first_completion_of_a_wave_does_not_speak_for_the_engine_alone() ->
 
 def test_streams_are_priced_as_the_completions_were() -> None:
     """A completion counts the cost the router priced it at (all of ``max_tokens``) where it
-    produced 10 tokens of 200; the streams' steps are priced up by the same ratio, so the
-    engine reads in one unit throughout: its plain rate times that ratio."""
+    produced 10 tokens; the streams' tokens are priced up by the same ratio (250 for 60
+    done), so the engine reads in one unit throughout: its plain rate times that ratio."""
     core, rate = _first_of_a_wave_completes(10)
     estimate = core.capacity.estimate(core.pool.replicas[1], 31.0)
-    ratio = (PROMPT_COST + OUTPUT) / done_cost(PROMPT_COST + OUTPUT, 100, OUTPUT, 10)
+    ratio = (PROMPT_COST + OUTPUT) / (PROMPT_COST + 10)
     assert estimate.measured_rate == pytest.approx(rate * ratio)
 
 
@@ -188,14 +188,3 @@ def test_streams_of_different_ages_and_concurrencies_give_the_engines_throughput
         running.append(Progress(2.5 * AT_ONCE * share, mark, float(start)))
     core.capacity.refresh(now, {slow.index: running})
     assert core.capacity.estimate(slow, now).measured_rate == pytest.approx(2.5 * AT_ONCE)
-
-
-def test_a_stream_counts_the_part_of_its_price_its_steps_stand_for() -> None:
-    """A continuous-batching engine advances a running request a token a step, its prompt in
-    one prefill chunk: a stream one token in has done about a 200th of its steps, not its prompt's
-    whole price (a fifth of it here); one run to the end has done all of it."""
-    price = PROMPT_COST + OUTPUT
-    young = done_cost(price, 100, OUTPUT, 1)
-    assert young < price / 100
-    assert done_cost(price, 100, OUTPUT, OUTPUT) == pytest.approx(price)
-    assert done_cost(price, 100, OUTPUT, OUTPUT // 2) == pytest.approx(price / 2, rel=0.01)
