@@ -557,9 +557,8 @@ def main() -> int:
         at = f"round {seen['round'] + 1} at {seen['rate']} req/s"
         # The learned figure is at the batch size, the rate alone at ``width``: 64 wide the
         # lab's fast engine does 1.4-1.5x what it does 16 wide.
-        batch = lab_batch
         print(
-            f"default, learned capacity ({batch} wide) / rate alone ({width} wide) "
+            f"default, learned capacity ({lab_batch} wide) / rate alone ({width} wide) "
             f"after {at}: {cells}"
         )
     print(f"({report['wall_s']:.0f} s, {os.cpu_count()} cores shared by engines, router, client)")

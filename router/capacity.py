@@ -401,7 +401,7 @@ class ReplicaCapacity:
         replica (a modelled card has its prior until it completes enough), beside its
         completions: counting only the completed ones once there were any, a slow engine's
         first wave was measured by the few requests that got ahead of it (1.9-2.0 of its
-        rate, then back, docs/benchmarks.md).
+        rate kept full, then back, docs/benchmarks.md).
 
         A stream counts its prompt whole from its first token (the prefill is done), which
         is the cost model's own premise (a prompt token costs ``prompt_factor`` of a

@@ -61,6 +61,7 @@ def test_down_without_a_lab_stops_nothing(capsys: pytest.CaptureFixture[str]) ->
         (["lab", "vllm", "up", "--sizes", "huge"], "sizes are among small, large"),
         (["lab", "vllm", "up", "--cores", "0,x"], "cores are numbers like 0,1"),
         (["lab", "vllm", "up", "--engines", "0"], "must be a whole number >= 1, got '0'"),
+        (["lab", "vllm", "up", "--dtype", "float16"], "invalid choice: 'float16'"),
     ],
 )
 def test_bad_arguments_exit_2_with_what_is_wrong(
