@@ -281,8 +281,7 @@ class RouterCore:
 
     def refresh_capacity(self) -> None:
         """Recompute learned capacities now and re-rank the replicas whose figures moved."""
-        now = self.clock()
-        changed = self.capacity.refresh(now, self._progress())
+        changed = self.capacity.refresh(self.clock(), self._progress())
         for r in changed:
             self.pool.changed(r)
         if changed:

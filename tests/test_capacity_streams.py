@@ -102,12 +102,12 @@ def test_streams_before_their_first_token_say_nothing() -> None:
     assert estimate.rate_source is Source.PRIOR
 
 
-def _first_of_a_wave_completes(produced: int) -> tuple[RouterCore, float]:
+def _first_of_a_wave_completes(produced: int) -> RouterCore:
     """Eight requests started at 0 on the slow card, an engine doing ``SLOW_RATE`` plain cost
     units a second shared among them; at 31 s the one that got ahead completes, having
     produced ``produced`` of its ``OUTPUT`` tokens (priced at all of them), and the other
     seven have done the rest of the engine's work. Refreshed then with their streams;
-    returns the core and the engine's plain work per unit of the completion's share."""
+    returns the core."""
     core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
     slow = core.pool.replicas[1]
     acc = core.capacity.per_replica[slow.index]
@@ -121,29 +121,29 @@ def _first_of_a_wave_completes(produced: int) -> tuple[RouterCore, float]:
     slow.running.pop(f"{slow.id}-0")
     rest = (SLOW_RATE * now - plain) / (AT_ONCE - 1)
     core.capacity.refresh(now, {slow.index: [Progress(rest, mark, 0.0)] * (AT_ONCE - 1)})
-    return core, SLOW_RATE
+    return core
 
 
 def test_the_first_completion_of_a_wave_does_not_speak_for_the_engine_alone() -> None:
     """The request that got ahead of its wave did 250 units in 31 s at a share of 1/8:
     alone it reads 3.2x the engine. The seven still streaming count beside it, and the
     measurement is the engine's rate."""
-    core, rate = _first_of_a_wave_completes(OUTPUT)
+    core = _first_of_a_wave_completes(OUTPUT)
     estimate = core.capacity.estimate(core.pool.replicas[1], 31.0)
     assert estimate.completions == pytest.approx(1.0)
-    assert estimate.measured_rate == pytest.approx(rate)
+    assert estimate.measured_rate == pytest.approx(SLOW_RATE)
     alone = (PROMPT_COST + OUTPUT) / (31.0 / AT_ONCE)
-    assert alone > 3 * rate
+    assert alone > 3 * SLOW_RATE
 
 
 def test_streams_are_priced_as_the_completions_were() -> None:
     """A completion counts the cost the router priced it at (all of ``max_tokens``) where it
     produced 10 tokens; the streams' tokens are priced up by the same ratio (250 for 60
     done), so the engine reads in one unit throughout: its plain rate times that ratio."""
-    core, rate = _first_of_a_wave_completes(10)
+    core = _first_of_a_wave_completes(10)
     estimate = core.capacity.estimate(core.pool.replicas[1], 31.0)
     ratio = (PROMPT_COST + OUTPUT) / (PROMPT_COST + 10)
-    assert estimate.measured_rate == pytest.approx(rate * ratio)
+    assert estimate.measured_rate == pytest.approx(SLOW_RATE * ratio)
 
 
 def test_a_card_the_model_knows_keeps_its_prior_whatever_streams() -> None:

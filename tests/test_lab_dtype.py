@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from router.lab import ServeOptions
+import pytest
+
+from router.lab import ServeOptions, cpu_dtype
 from router.lab.cpu_dtype import cpu_flags, dtype_for_flags, host_dtype
 from router.lab.state import STATE_FILE, load_state
 from router.lab.vllm import VLLM
@@ -47,7 +49,15 @@ def test_the_engine_is_started_in_the_chosen_format(tmp_path: Path) -> None:
     assert args[args.index("--dtype") + 1] == "float32"
 
 
-def test_a_lab_recorded_before_the_choice_reads_as_the_models_bf16(tmp_path: Path) -> None:
+def test_a_lab_recorded_before_the_choice_reads_as_the_models_bf16(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a host without bf16, where a lab brought up now would run float32, a state file
+    from before the choice still says bf16, what its engines were started in."""
+    without = tmp_path / "cpuinfo"
+    without.write_text(_WITHOUT_BF16)
+    monkeypatch.setattr(cpu_dtype, "_CPUINFO", without)
+    assert ServeOptions().dtype == "float32"
     document = {
         "kind": "vllm",
         "options": {"max_model_len": 2048, "max_num_seqs": 64, "kv_cache_gib": 1},

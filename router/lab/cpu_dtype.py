@@ -34,10 +34,11 @@ def dtype_for_flags(flags: frozenset[str]) -> str:
     return "bfloat16" if flags & _BF16_FLAGS else "float32"
 
 
-def host_dtype(cpuinfo: Path = _CPUINFO) -> str:
-    """The faster format on this machine; float32 where its CPU cannot be read."""
+def host_dtype(cpuinfo: Path | None = None) -> str:
+    """The faster format on this machine (``cpuinfo``: where its CPU is described, by default
+    /proc/cpuinfo); float32 where its CPU cannot be read."""
     try:
-        text = cpuinfo.read_text()
+        text = (cpuinfo or _CPUINFO).read_text()
     except OSError:
         return "float32"
     return dtype_for_flags(cpu_flags(text))
