@@ -35,11 +35,13 @@ filter (``SMOOTH_S``). Where the performance model does not know the card or the
 prior is the replica's static weight times the fleet's rate per unit of weight, and the
 measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
 against concurrency, a line through its completions) read at its batch size; until that line
-can be drawn, the plain throughput at the concurrency it ran. The requests streaming on such
-a card count beside its completions, each as far as it has come (``Progress``): a slow engine
-whose requests take a minute has no completion for that minute, and held the fleet's average
-with every weight at 1 (a real CPU engine 5.8x slower than that, for 70 s); and its first
-completions are the requests that got ahead of their wave.
+can be drawn, the plain throughput at the concurrency it ran, in which the requests streaming
+on such a card count beside its completions, each as far as it has come (``Progress``): a
+slow engine whose requests take a minute has no completion for that minute, and held the
+fleet's average with every weight at 1 (a real CPU engine 5.8x slower than that, for 70 s);
+and its first completions are the requests that got ahead of their wave. The line itself is
+drawn through completed requests only: a stream's point is its life so far, and its slope
+came from how far along the streams were (a real engine's line read 2.5x its rate at 20 s).
 
 Model runs take a tenth of a second or more: the live router does them in a worker process
 (``ProcessFitter``) and keeps the prior it has until one is back.
@@ -140,11 +142,22 @@ class Progress:
     """A request still running on a replica, as far as its stream has come."""
 
     cost: float
-    """Cost units done so far: its prompt (prefilled before the first token) and the tokens
-    streamed."""
+    """Cost units done so far, as a completion's plain cost counts them (``stream_cost``)."""
     mark: float
     """The replica's share integral when it started (``ReplicaCapacity.share_mark``)."""
     started: float
+
+
+def stream_cost(prompt_cost: float, streamed: int, max_tokens: int) -> float:
+    """What a stream has done so far, in a completion's plain cost units: the tokens
+    streamed, and its prompt's cost in proportion to them (of the ``max_tokens`` it is priced
+    for). The engine prefills a prompt in a step or two, where the cost model prices its
+    tokens at a fraction of a generated token's: counted whole from the first token, a young
+    stream read several times the engine's speed, and a wave of them put a slow engine's
+    figure at 2.3x its rate on real vLLM (docs/benchmarks.md)."""
+    if streamed <= 0:
+        return 0.0
+    return prompt_cost * min(1.0, streamed / max(max_tokens, 1)) + streamed
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +167,6 @@ class _Running:
     at: float
     cost: float
     shares: float
-    curve: LoadCurve
-    """The replica's load curve with their points added."""
 
 
 KvFigure = tuple[int | None, "Source | None", float | None]
@@ -398,39 +409,27 @@ class ReplicaCapacity:
     def progress(self, running: Sequence[Progress], now: float) -> None:
         """The requests running on this replica, as far as their streams have come (the
         share integral advanced to ``now``). Counted only where the model does not know the
-        replica (a modelled card has its prior until it completes enough), beside its
-        completions: counting only the completed ones once there were any, a slow engine's
-        first wave was measured by the few requests that got ahead of it (1.9-2.0 of its
-        rate kept full, then back, docs/benchmarks.md).
+        replica (a modelled card has its prior until it completes enough), in the plain
+        throughput beside its completions: counting only the completed ones once there were
+        any, a slow engine's first wave was measured by the few requests that got ahead of
+        it (1.9-2.0 of its rate kept full, then back, docs/benchmarks.md). They take no part
+        in the load curve's line, which is drawn through whole requests.
 
-        A stream counts its prompt whole from its first token (the prefill is done), which
-        is the cost model's own premise (a prompt token costs ``prompt_factor`` of a
-        generated one): the time a request waited for its prefill is paid for by it. A
-        completion counts its cost as the router priced it, from ``max_tokens``; where
-        answers stop short of that, a stream's tokens so far are priced up by the ratio of
-        the two over the replica's completions, so that both count in the same units."""
+        A completion counts its cost as the router priced it, from ``max_tokens``; where
+        answers stop short of that, a stream's cost so far is priced up by the ratio of the
+        two over the replica's completions, so that both count in the same units."""
         self._running = None
         if not self.counts_streams():
             return
-        last = self._last_completion
         priced = self._priced / self._plain if self._priced > 0 and self._plain > 0 else 1.0
-        points = []
+        cost = shares = 0.0
         for p in running:
-            share, life, cost = self._share - p.mark, now - p.started, p.cost * priced
-            if share > 0 and life > 0 and cost > 0:
-                points.append((life / share, life / cost, cost, share))
-        if not points:
-            return
-        # The curve's points and the sums below decay from the last completion; these
-        # requests are as of now, so what came before is decayed to now first.
-        curve = self.curve.copy()
-        decay = self._decay_to(now) if last is not None else 1.0
-        for concurrency, seconds_per_unit, cost, _ in points:
-            curve.add(concurrency, seconds_per_unit, cost, decay)
-            decay = 1.0
-        cost = sum(point[2] for point in points)
-        shares = sum(point[3] for point in points)
-        self._running = _Running(now, cost, shares, curve)
+            share = self._share - p.mark
+            if share > 0 and now > p.started and p.cost > 0:
+                cost += p.cost * priced
+                shares += share
+        if shares > 0:
+            self._running = _Running(now, cost, shares)
 
     def counts_streams(self) -> bool:
         """Whether ``progress`` counts the streams running: where the model does not know the
@@ -441,8 +440,8 @@ class ReplicaCapacity:
         """Cost units per second at saturation on the mix this replica served, from
         accounting alone: the work its requests did over the model's share of the engine
         each had during its own life (a long request weighs in both, so the lengths' spread
-        cancels instead of adding noise). Without a model, the load curve at ``batch_size``,
-        the requests still streaming standing in until one completes (``progress``)."""
+        cancels instead of adding noise). Without a model, the load curve at ``batch_size``;
+        until it can be drawn, the plain throughput, streams included (``progress``)."""
         if self.prior.deployment is None:
             return self._unmodelled(batch_size)
         if self._shares <= 0 or self.completions < 1.0:
@@ -452,12 +451,11 @@ class ReplicaCapacity:
     def _unmodelled(self, batch_size: int) -> float | None:
         """The load curve at ``batch_size``; until it can be drawn, the plain throughput at
         the concurrency the replica ran (its efficiency is 1 throughout: a share is time over
-        concurrency)."""
-        running = self._running
-        curve = self.curve if running is None else running.curve
-        at_batch = curve.rate_at(batch_size)
+        concurrency), the requests still streaming counted beside the completed ones."""
+        at_batch = self.curve.rate_at(batch_size)
         if at_batch is not None:
             return at_batch
+        running = self._running
         cost = shares = 0.0
         if self._shares > 0 and self.completions >= 1.0:
             decay = 1.0 if running is None else self._decay_to(running.at)
@@ -962,4 +960,5 @@ __all__ = [
     "Progress",
     "ReplicaCapacity",
     "Source",
+    "stream_cost",
 ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from router.adaptive import TunerChange
 from router.admission_queue import AdmissionQueue
-from router.capacity import FleetCapacity, Progress
+from router.capacity import FleetCapacity, Progress, stream_cost
 from router.clock import Clock, monotonic
 from router.config.schema import FleetConfig
 from router.decision_log import EXPLAINED_PER_S, DecisionLog
@@ -300,7 +300,8 @@ class RouterCore:
             for rid in r.running:
                 a = self._running.get(rid)
                 if a is not None and a.first_token and a.streamed > 0:
-                    cost = a.request.prompt_tokens * factor + a.streamed
+                    req = a.request
+                    cost = stream_cost(req.prompt_tokens * factor, a.streamed, req.max_tokens)
                     streams.append(Progress(cost, a.share_mark, a.started))
         return out
 

@@ -69,13 +69,6 @@ class LoadCurve:
         self._uu = self._uu * decay + weight * seconds_per_unit * seconds_per_unit
         self._high = max(self._high * decay, concurrency)
 
-    def copy(self) -> LoadCurve:
-        """The same sums, to add points to without touching these."""
-        other = LoadCurve()
-        for name in self.__slots__:
-            setattr(other, name, getattr(self, name))
-        return other
-
     def line(self) -> tuple[float, float] | None:
         """``(a, b)``, or None while the points cannot say."""
         if self._n < MIN_POINTS or self._w <= 0:

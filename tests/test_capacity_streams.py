@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from router.capacity import Progress, Source
+from router.capacity import Progress, ReplicaCapacity, Source, stream_cost
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.core import RouterCore
@@ -188,3 +188,63 @@ def test_streams_of_different_ages_and_concurrencies_give_the_engines_throughput
         running.append(Progress(2.5 * AT_ONCE * share, mark, float(start)))
     core.capacity.refresh(now, {slow.index: running})
     assert core.capacity.estimate(slow, now).measured_rate == pytest.approx(2.5 * AT_ONCE)
+
+
+def test_a_stream_counts_its_prompt_as_its_tokens_come() -> None:
+    """The engine prefills a prompt in a step or two: a stream's prompt cost is counted in
+    proportion to the tokens streamed of those it is priced for, not whole at its first."""
+    assert stream_cost(500.0, 0, 100) == 0.0
+    assert stream_cost(500.0, 1, 100) == pytest.approx(6.0)
+    assert stream_cost(500.0, 50, 100) == pytest.approx(300.0)
+    assert stream_cost(500.0, 100, 100) == pytest.approx(600.0)
+    assert stream_cost(500.0, 150, 100) == pytest.approx(650.0)  # past max_tokens: whole
+
+
+def test_the_core_prices_a_young_stream_by_its_tokens() -> None:
+    """One request (a 1,000-token prompt, priced for 100 tokens) one second into its stream
+    with one token out, alone on a card the model does not know: the card reads what that
+    stream did at the stream's pricing (6 units in a second), not its whole prompt (501)."""
+    clock = ManualClock()
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=clock)
+    core.submit(Request("r0", 1000, 100, arrival=clock()))
+    a = core.running["r0"]
+    clock.advance(1.0)
+    core.first_byte(a)
+    a.streamed = 1
+    core.refresh_capacity()
+    measured = core.capacity.estimate(a.replica, clock()).measured_rate
+    assert measured == pytest.approx(stream_cost(500.0, 1, 100))
+
+
+def _lined(acc: ReplicaCapacity) -> float:
+    """Completions on an engine whose seconds per unit of work are ``0.01 + 0.001 c`` at
+    ``c`` at once (4 and 16 in turn), enough to draw its line; the time after the last."""
+    t = 0.0
+    for i in range(60):
+        c = 4 if i % 2 else 16
+        life = 100.0 * (0.01 + 0.001 * c)
+        acc.advance(c, t)
+        mark = acc.share_mark()
+        t += life
+        acc.advance(c, t)
+        acc.completed((100, 50), 100.0, mark, t - life, t, 100.0)
+    return t
+
+
+def test_streams_count_in_the_plain_figure_but_not_in_the_line() -> None:
+    """A stream's point is its life so far, and where it stands in its life moved the
+    line's slope (a real slow engine's line read 2.5x its rate at 20 s): once the
+    completions draw the line, streams running leave its reading as it was, while they
+    still count as evidence."""
+    core = RouterCore(make_fleet([1.0, 1.0]), clock=ManualClock())
+    acc = core.capacity.per_replica[1]
+    now = _lined(acc)
+    line = acc.measured(64)
+    assert line == pytest.approx(64 / (0.01 + 0.001 * 64), rel=1e-6)
+    mark = acc.share_mark()
+    acc.advance(16, now + 1.0)
+    before = acc.evidence(now + 1.0)
+    # Sixteen young streams that look ten times the engine's speed.
+    acc.progress([Progress(1000.0, mark, now)] * 16, now + 1.0)
+    assert acc.measured(64) == line
+    assert acc.evidence(now + 1.0) > before
