@@ -7,7 +7,7 @@ import asyncio
 
 from openai import AsyncOpenAI
 
-from router.capacity import Source
+from router.capacity import WEIGHT_PRIOR_EVIDENCE_S, Source, stream_cost
 from router.lab import Engine, Lab
 from tests.real_engines.lab_router import (
     admin_state,
@@ -24,6 +24,10 @@ MAX_TOKENS = 1500
 """Far more than the test waits for: no stream completes while it looks."""
 TOKENS_SEEN = 20
 """Content chunks every stream has relayed before the router's figure is read."""
+RUN_S = 2 * WEIGHT_PRIOR_EVIDENCE_S
+"""Seconds the streams have run before the router's figure is read: the stand-in for a card
+the model does not know weighs as much as a second of the streams' evidence, and on a host
+with bf16 the slow engine streams 20 tokens in a third of a second."""
 
 
 async def _counters(engine: Engine) -> tuple[float, float]:
@@ -63,6 +67,7 @@ async def test_the_slow_engine_is_measured_from_its_streams_before_any_completes
         tasks = [asyncio.create_task(_stream(client, vllm_lab.model, e)) for e in seen]
         try:
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in seen)), 120.0)
+            await asyncio.sleep(max(0.0, started + RUN_S - core.clock()))
             prompt_after, generated_after = await _counters(slow)
             core.refresh_capacity()
             now = core.clock()
@@ -81,9 +86,12 @@ async def test_the_slow_engine_is_measured_from_its_streams_before_any_completes
     assert row["capacity_source"] == "measured"
     assert row["capacity_age_s"] is not None
     # The streams ran at once from the start, so the router's figure (cost over each
-    # stream's share of the engine) is the engine's cost a second over the same stretch
-    # (0.90 of it when this test was written: the two are not read at the same instant,
-    # and the router prices a prompt from its own estimate of its tokens).
-    done = (prompt_after - prompt_before) * factor + (generated_after - generated_before)
+    # stream's share of the engine) is the engine's cost a second over the same stretch,
+    # its counters priced as the router prices a stream (0.90 of it when this test was
+    # written: the two are not read at the same instant, and the router prices a prompt
+    # from its own estimate of its tokens).
+    prompt = (prompt_after - prompt_before) / STREAMS
+    generated = (generated_after - generated_before) / STREAMS
+    done = STREAMS * stream_cost(prompt * factor, round(generated), MAX_TOKENS)
     engine_rate = done / (now - started)
     assert 0.7 < estimate.measured_rate / engine_rate < 1 / 0.7
