@@ -75,6 +75,7 @@ from router.load_curve import LoadCurve
 from router.perf.model import Deployment, WorkloadMix
 from router.perf.profiles import GpuProfile, ProfileCatalog, default_catalog, load_catalog
 from router.replica import Replica
+from router.request import estimate_cost
 from router.sim.engine import DEFAULT_MAX_BATCHED_TOKENS
 
 log = logging.getLogger(__name__)
@@ -614,7 +615,7 @@ class FleetCapacity:
     ) -> None:
         """A request that started at ``started`` (the share integral at ``mark``) completed
         on ``r`` with these (prompt, output) lengths."""
-        plain = lengths[0] * self.prompt_factor + lengths[1]
+        plain = estimate_cost(lengths[0], lengths[1], self.prompt_factor)
         self.per_replica[r.index].completed(lengths, cost, mark, started, now, plain)
         self.mix.add(lengths[0], lengths[1], cost)
 
