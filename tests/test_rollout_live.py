@@ -40,20 +40,26 @@ class Load:
     failed: list[str] = field(default_factory=list)
 
 
-async def _client_loop(client: openai.AsyncOpenAI, load: Load, stop: asyncio.Event, n: int) -> None:
+async def _client_loop(
+    client: openai.AsyncOpenAI, load: Load, stop: asyncio.Event, n: int, max_tokens: int
+) -> None:
     i = 0
     while not stop.is_set() and load.ok + len(load.failed) < MAX_REQUESTS:
         i += 1
         try:
             if (i + n) % 3 == 0:
                 chunks = await client.completions.create(
-                    model=MODEL, prompt="p", max_tokens=8, stream=True, extra_body=hint(20, 8)
+                    model=MODEL,
+                    prompt="p",
+                    max_tokens=max_tokens,
+                    stream=True,
+                    extra_body=hint(20, max_tokens),
                 )
                 async for _ in chunks:
                     pass
             else:
                 await client.completions.create(
-                    model=MODEL, prompt="p", max_tokens=8, extra_body=hint(20, 8)
+                    model=MODEL, prompt="p", max_tokens=max_tokens, extra_body=hint(20, max_tokens)
                 )
             load.ok += 1
         except openai.APIError as exc:
@@ -61,11 +67,17 @@ async def _client_loop(client: openai.AsyncOpenAI, load: Load, stop: asyncio.Eve
 
 
 @contextlib.asynccontextmanager
-async def under_load(server: RouterServer, clients: int = 3) -> AsyncIterator[Load]:
+async def under_load(
+    server: RouterServer, clients: int = 3, max_tokens: int = 8
+) -> AsyncIterator[Load]:
+    """``clients`` closed-loop clients, each request ``max_tokens`` long, until the block ends
+    (or MAX_REQUESTS)."""
     load = Load()
     stop = asyncio.Event()
     client = openai_client(server)
-    tasks = [asyncio.create_task(_client_loop(client, load, stop, n)) for n in range(clients)]
+    tasks = [
+        asyncio.create_task(_client_loop(client, load, stop, n, max_tokens)) for n in range(clients)
+    ]
     try:
         yield load
     finally:
