@@ -3,6 +3,8 @@
     python bench/bench_real_engines.py                   # 2 rounds, 3 rates (about 25 min)
     python bench/bench_real_engines.py --rounds 1 --prompts 150   # a quick look
     python bench/bench_real_engines.py --json            # the figures as JSON
+    python bench/bench_real_engines.py --rates 1.1 --router "gpurouter default" \
+        --router "gpurouter oracle" --sed-wait-weight 5  # the default beside another weight
 
 The fleet is the real-engine lab's (docs/real-engines.md): two vLLM for CPU engines serving
 tiny models of unequal speed, each pinned to a core of its own, started by this script in a
@@ -132,6 +134,8 @@ class RouterSpec:
     kind: str  # gpurouter | vllm-router | sglang-router
     policy: str
     oracle: bool = False
+    params: str = "{}"
+    """The strategy's parameters, a YAML flow mapping (gpurouter rows only)."""
 
 
 ROUTERS = (
@@ -146,6 +150,16 @@ ROUTERS = (
 )
 
 
+def wait_weight_row(weight: float) -> RouterSpec:
+    """The default strategy with another ``wait_weight``: the weight tried on real engines."""
+    return RouterSpec(
+        f"gpurouter default, wait {weight:g}",
+        "gpurouter",
+        "shortest-expected-delay",
+        params=f"{{wait_weight: {weight:g}}}",
+    )
+
+
 def fleet_variant(fleet: Path, spec: RouterSpec, weights: Mapping[str, float], out: Path) -> Path:
     """The lab's fleet file with this spec's strategy (and the oracle's weights)."""
     text = fleet.read_text()
@@ -153,7 +167,7 @@ def fleet_variant(fleet: Path, spec: RouterSpec, weights: Mapping[str, float], o
         for rid, w in weights.items():
             text = re.sub(rf"(id: {re.escape(rid)},.*?weight: )1\b", rf"\g<1>{w:.3f}", text)
     if spec.policy:
-        text += f"router:\n  strategy: {{name: {spec.policy}, params: {{}}}}\n"
+        text += f"router:\n  strategy: {{name: {spec.policy}, params: {spec.params}}}\n"
     path = out / f"fleet-{re.sub(r'[^a-z0-9]+', '-', spec.name)}.yaml"
     path.write_text(text)
     return path
@@ -491,9 +505,18 @@ def main() -> int:
         default=16,
         help="closed loop's width for each engine alone (16, as vLLM's users quote it)",
     )
+    parser.add_argument(
+        "--sed-wait-weight",
+        type=float,
+        action="append",
+        default=[],
+        metavar="W",
+        help="also run the default strategy with this wait_weight (repeatable)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     routers = [r for r in ROUTERS if not args.router or r.name in args.router]
+    routers[1:1] = [wait_weight_row(w) for w in args.sed_wait_weight]
     plan = Plan(
         [float(x) for x in args.rates.split(",")],
         args.prompts,
