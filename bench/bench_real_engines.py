@@ -4,7 +4,7 @@
     python bench/bench_real_engines.py --rounds 1 --prompts 150   # a quick look
     python bench/bench_real_engines.py --json            # the figures as JSON
     python bench/bench_real_engines.py --rates 1.1 --router "gpurouter default" \
-        --router "gpurouter oracle" --sed-wait-weight 5  # the default beside another weight
+        --router "gpurouter oracle" --default-param wait_weight=20  # a parameter tried
 
 The fleet is the real-engine lab's (docs/real-engines.md): two vLLM for CPU engines serving
 tiny models of unequal speed, each pinned to a core of its own, started by this script in a
@@ -150,13 +150,16 @@ ROUTERS = (
 )
 
 
-def wait_weight_row(weight: float) -> RouterSpec:
-    """The default strategy with another ``wait_weight``: the weight tried on real engines."""
+def default_with(setting: str) -> RouterSpec:
+    """The default strategy with one parameter set: ``KEY=VALUE`` (``wait_weight=20``)."""
+    key, sep, value = setting.partition("=")
+    if not (sep and key.isidentifier() and value):
+        raise SystemExit(f"--default-param wants KEY=VALUE, not {setting!r}")
     return RouterSpec(
-        f"gpurouter default, wait {weight:g}",
+        f"gpurouter default, {key} {value}",
         "gpurouter",
         "shortest-expected-delay",
-        params=f"{{wait_weight: {weight:g}}}",
+        params=f"{{{key}: {value}}}",
     )
 
 
@@ -506,17 +509,16 @@ def main() -> int:
         help="closed loop's width for each engine alone (16, as vLLM's users quote it)",
     )
     parser.add_argument(
-        "--sed-wait-weight",
-        type=float,
+        "--default-param",
         action="append",
         default=[],
-        metavar="W",
-        help="also run the default strategy with this wait_weight (repeatable)",
+        metavar="KEY=VALUE",
+        help="also run the default strategy with this parameter (repeatable: a row each)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     routers = [r for r in ROUTERS if not args.router or r.name in args.router]
-    routers[1:1] = [wait_weight_row(w) for w in args.sed_wait_weight]
+    routers[1:1] = [default_with(setting) for setting in args.default_param]
     plan = Plan(
         [float(x) for x in args.rates.split(",")],
         args.prompts,

