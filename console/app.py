@@ -77,7 +77,7 @@ from router.control import (
 )
 from router.errors import ConfigError, GpuRouterError, Problem
 from router.snapshot import FleetSnapshot
-from router.telemetry.status import TelemetryStatus
+from router.telemetry.status import NO_ENGINE_METRICS, TelemetryStatus
 from themes import CSS_PATHS, DEFAULT, THEMES
 
 GC_THRESHOLDS = (20_000, 20, 10)
@@ -176,6 +176,7 @@ class ConsoleApp(SplitActions):
         self.last_status: TelemetryStatus | None = None
         self.last_rows: list[GpuRow] = []
         self.last_service = Service(0, frozenset(), ())
+        self.last_engines = NO_ENGINE_METRICS
         self._watch: Watch | None = None
         self._cells: CellCache = {}
         self._timer: Timer | None = None
@@ -287,9 +288,10 @@ class ConsoleApp(SplitActions):
                 )
         self.last_snapshot, self.last_status, self.last_rows = snap, status, rows
         self.last_service = service(rows)
+        self.last_engines = self.backend.engine_metrics()
         self._note_link()
         self._draw()
-        now = watch(snap, status, self.last_service, self._watch)
+        now = watch(snap, status, self.last_service, self._watch, self.last_engines)
         for text, tone in alerts(self._watch, now):
             self.query_one(EventsPane).add((("alert ", Tone.DIM), (text, tone)), self.styles_now)
         self._watch = now
@@ -307,7 +309,9 @@ class ConsoleApp(SplitActions):
             link=None if link is None else link.line(),
         )
         self.query_one(DashboardHeader).show(
-            header_lines(snap, status, modes, self.last_service), self.styles_now, force
+            header_lines(snap, status, modes, self.last_service, self.last_engines),
+            self.styles_now,
+            force,
         )
         feeds = {f.node: f for f in status.nodes}
         shown = select(self.last_rows, self.sort_mode, self.filter_text)

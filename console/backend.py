@@ -32,7 +32,12 @@ from router.in_flight import InFlight, in_flight
 from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
 from router.telemetry.schema import GpuSample
-from router.telemetry.status import DISABLED, TelemetryStatus
+from router.telemetry.status import (
+    DISABLED,
+    NO_ENGINE_METRICS,
+    EngineMetricsStatus,
+    TelemetryStatus,
+)
 
 if TYPE_CHECKING:
     from console.cluster.watch import ClusterWatch
@@ -91,6 +96,11 @@ class Backend(Protocol):
     def samples(self, status: TelemetryStatus) -> Mapping[GpuKey, GpuSample]: ...
 
     def failing(self) -> frozenset[str]: ...
+
+    def engine_metrics(self) -> EngineMetricsStatus:
+        """Replicas whose engine /metrics page could not be read, or carried values refused
+        as nonsense (the router's engine /metrics poller)."""
+        ...
 
     def apply(self, command: Command) -> Event | Awaitable[Event]:
         """The event saying what happened: at once in-process; attached, once the router
@@ -165,6 +175,10 @@ def _none_failing() -> frozenset[str]:
     return frozenset()
 
 
+def _no_engine_metrics() -> EngineMetricsStatus:
+    return NO_ENGINE_METRICS
+
+
 @dataclass(slots=True)
 class ConsoleBackend:
     """The router in this process, as the console sees it."""
@@ -177,6 +191,8 @@ class ConsoleBackend:
     """Latest per-GPU readings; by default, those carried in ``telemetry()``."""
     failing: Callable[[], frozenset[str]] = _none_failing
     """Replicas whose latest request or health check failed (the router's health monitor)."""
+    engine_metrics: Callable[[], EngineMetricsStatus] = _no_engine_metrics
+    """What the router's engine /metrics poller could not take; nothing where it runs none."""
     front_url: str | None = None
     """The router's OpenAI-compatible front door, when it serves one."""
     admin_url: str | None = None

@@ -61,6 +61,7 @@ class LocalRouter:
                 self.server.control,
                 telemetry=self.telemetry,
                 failing=self.server.health.failing,
+                engine_metrics=self.server.engine_metrics.status,
                 host=self,
                 rollouts=self.server.rollouts,
                 notes=self.notes,

@@ -21,7 +21,13 @@ from console.view.service import service, up_by_model
 from router.adaptive import TunerChange
 from router.errors import ConfigError
 from router.snapshot import ReplicaSnapshot
-from router.telemetry.status import DISABLED, BrokerState, NodeFeed, TelemetryStatus
+from router.telemetry.status import (
+    DISABLED,
+    BrokerState,
+    EngineMetricsStatus,
+    NodeFeed,
+    TelemetryStatus,
+)
 from tests.console_helpers import WALL, Rig, loaded_rig, telemetry_for
 
 
@@ -171,6 +177,51 @@ def test_header_counts_fresh_stale_and_dropped() -> None:
     assert "0/1 fresh" in text
     assert "⚠ 1 stale" in text
     assert "dropped 1 lost 2" in text
+
+
+def test_header_names_replicas_whose_engine_metrics_are_unreadable_or_refused_first() -> None:
+    """Before the broker: a fleet of real engines often has no MQTT feed, and at 80 columns
+    the end of the line is cut."""
+    rig = loaded_rig()
+    snap = rig.core.snapshot()
+    calm = _text(header_lines(snap, DISABLED, Modes())[2])
+    assert "engine /metrics" not in calm
+    one = EngineMetricsStatus(
+        errors={"r1": "http://127.0.0.1:9/metrics: HTTP 503"},
+        rejected={"r0": 2, "r1": 1},
+        last_rejection={"r0": "running: -3.0 outside 0..1000000"},
+    )
+    line = header_lines(snap, DISABLED, Modes(), engines=one)[2]
+    text = _text(line)
+    assert "✖ engine /metrics unreadable: r1" in text
+    # r1's refusals are older than its page going unreadable: only r0 is named for them.
+    assert "⚠ engine /metrics refused values: r0" in text
+    assert text.index("engine /metrics") < text.index("broker")
+    tones = {t: tone for t, tone in line}
+    assert tones["✖ engine /metrics unreadable: r1"] is Tone.BAD
+    assert tones["⚠ engine /metrics refused values: r0"] is Tone.WARN
+    many = EngineMetricsStatus(errors={"r0": "refused", "r1": "refused", "r2": "refused"})
+    assert "unreadable: 3 replicas" in _text(header_lines(snap, DISABLED, Modes(), engines=many)[2])
+
+
+def test_alerts_say_when_an_engine_page_goes_unreadable_is_read_again_or_carries_nonsense() -> None:
+    calm = Watch("connected", frozenset(), frozenset(), "good", False)
+    down = replace(calm, engines=EngineMetricsStatus(errors={"r1": "HTTP 503"}))
+    assert alerts(calm, down) == [("✖ r1: engine /metrics unreadable: HTTP 503", Tone.BAD)]
+    assert alerts(down, down) == []
+    assert alerts(down, calm) == [("● r1: engine /metrics read again", Tone.OK)]
+    once = EngineMetricsStatus(
+        rejected={"r0": 1}, last_rejection={"r0": "kv_usage: 7.0 outside 0.0..1.0"}
+    )
+    twice = replace(once, rejected={"r0": 2})
+    warn = (
+        "⚠ r0: engine /metrics value refused, last good kept: kv_usage: 7.0 outside 0.0..1.0",
+        Tone.WARN,
+    )
+    assert alerts(calm, replace(calm, engines=once)) == [warn]
+    # The count stays (it is a total): only a new refusal is an alert.
+    assert alerts(replace(calm, engines=once), replace(calm, engines=once)) == []
+    assert alerts(replace(calm, engines=once), replace(calm, engines=twice)) == [warn]
 
 
 def test_token_counts_are_short() -> None:

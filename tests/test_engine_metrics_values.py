@@ -263,4 +263,4 @@ def test_a_nonsense_kv_size_leaves_the_learned_capacity_at_its_last_good_value()
     assert core.capacity.estimate(h100, clock()).kv_source == "engine"
     text = metrics.render().decode()
     assert 'gpurouter_engine_metrics_rejected_values_total{replica="h100-0"} 1.0' in text
-    assert poller.status()["rejected"] == {"h100-0": 1}
+    assert poller.status().rejected == {"h100-0": 1}

@@ -43,7 +43,7 @@ from router.in_flight import InFlight
 from router.snapshot import FleetSnapshot
 from router.strategies import Explanation
 from router.telemetry.schema import GpuSample
-from router.telemetry.status import TelemetryStatus
+from router.telemetry.status import EngineMetricsStatus, TelemetryStatus
 
 if TYPE_CHECKING:
     from console.cluster.watch import ClusterWatch
@@ -141,6 +141,9 @@ class RemoteBackend:
 
     def failing(self) -> frozenset[str]:
         return self.state.failing
+
+    def engine_metrics(self) -> EngineMetricsStatus:
+        return self.state.engine_metrics
 
     def audit(self) -> list[Event]:
         return list(self._audit)

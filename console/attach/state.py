@@ -1,8 +1,9 @@
 """``GET /admin/state`` and ``GET /admin/fleet`` as the types the console's views take.
 
 :func:`state_from_json` is the one conversion of the admin API's state: the snapshot
-(``FleetSnapshot.to_dict()``), the telemetry feed, the health monitor's failing replicas and
-the requests running on each replica, each rebuilt by :func:`~console.attach.rebuild.rebuild`.
+(``FleetSnapshot.to_dict()``), the telemetry feed, the health monitor's failing replicas, the
+engine /metrics poller's troubles and the requests running on each replica, each rebuilt by
+:func:`~console.attach.rebuild.rebuild`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from console.attach.rebuild import rebuild
 from router.config.schema import ConsoleConfig, FleetConfig, NodeConfig
 from router.in_flight import InFlight
 from router.snapshot import FleetSnapshot
-from router.telemetry.status import DISABLED, TelemetryStatus
+from router.telemetry.status import (
+    DISABLED,
+    NO_ENGINE_METRICS,
+    EngineMetricsStatus,
+    TelemetryStatus,
+)
 
 __all__ = ["RemoteState", "fleet_from_json", "state_from_json"]
 
@@ -30,11 +36,14 @@ class RemoteState:
     failing: frozenset[str] = frozenset()
     """Replicas whose latest request or health check failed."""
     running: Mapping[str, tuple[InFlight, ...]] = field(default_factory=dict)
+    engine_metrics: EngineMetricsStatus = NO_ENGINE_METRICS
+    """NO_ENGINE_METRICS when the router polls no engine /metrics (the key is absent)."""
 
 
 def state_from_json(data: Mapping[str, Any]) -> RemoteState:
     """The admin state as parsed from JSON; ValueError when it is not one."""
     telemetry = data.get("telemetry")
+    engines = data.get("engine_metrics")
     health = data.get("health") or {}
     running = data.get("running") or {}
     if not isinstance(health, Mapping) or not isinstance(running, Mapping):
@@ -51,6 +60,9 @@ def state_from_json(data: Mapping[str, Any]) -> RemoteState:
             rid: tuple(rebuild(InFlight, item) for item in _list(items, rid))
             for rid, items in running.items()
         },
+        engine_metrics=(
+            NO_ENGINE_METRICS if engines is None else rebuild(EngineMetricsStatus, engines)
+        ),
     )
 
 

@@ -10,7 +10,12 @@ from console.view.format import Cell, Tone
 from console.view.service import Service
 from router.control import Event
 from router.snapshot import FleetSnapshot
-from router.telemetry.status import BrokerState, TelemetryStatus
+from router.telemetry.status import (
+    NO_ENGINE_METRICS,
+    BrokerState,
+    EngineMetricsStatus,
+    TelemetryStatus,
+)
 
 
 def clock_text(unix: float) -> str:
@@ -72,6 +77,8 @@ class Watch:
     """The band in this snapshot, held or not."""
     since: float = 0.0
     """When ``seen`` was first seen in a row."""
+    engines: EngineMetricsStatus = NO_ENGINE_METRICS
+    """What the router could not take from the engines' /metrics."""
 
 
 def watch(
@@ -79,6 +86,7 @@ def watch(
     status: TelemetryStatus,
     service: Service | None = None,
     before: Watch | None = None,
+    engines: EngineMetricsStatus = NO_ENGINE_METRICS,
 ) -> Watch:
     now = Watch(
         broker=str(status.broker),
@@ -88,6 +96,7 @@ def watch(
         queue_full=snap.queue.depth >= snap.queue.capacity,
         none_up=service is not None and service.none_up,
         at=snap.time,
+        engines=engines,
     )
     return settle(before, now)
 
@@ -128,4 +137,21 @@ def alerts(before: Watch | None, now: Watch) -> list[tuple[str, Tone]]:
             if now.none_up
             else ("● a replica is up again", Tone.OK)
         )
+    return out + _engine_alerts(before.engines, now.engines)
+
+
+def _engine_alerts(before: EngineMetricsStatus, now: EngineMetricsStatus) -> list[tuple[str, Tone]]:
+    """A replica's engine /metrics becoming unreadable (with why), read again, or carrying
+    values refused as nonsense since the last refresh (with the latest reason)."""
+    out: list[tuple[str, Tone]] = []
+    for replica in sorted(now.errors.keys() - before.errors.keys()):
+        out.append((f"✖ {replica}: engine /metrics unreadable: {now.errors[replica]}", Tone.BAD))
+    for replica in sorted(before.errors.keys() - now.errors.keys()):
+        out.append((f"● {replica}: engine /metrics read again", Tone.OK))
+    for replica, count in sorted(now.rejected.items()):
+        if count > before.rejected.get(replica, 0):
+            why = now.last_rejection.get(replica, "")
+            out.append(
+                (f"⚠ {replica}: engine /metrics value refused, last good kept: {why}", Tone.WARN)
+            )
     return out

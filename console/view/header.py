@@ -8,7 +8,12 @@ from console.view.format import Cell, Tone, duration, rate
 from console.view.service import Service, down_text
 from router.imbalance import Band
 from router.snapshot import FleetSnapshot
-from router.telemetry.status import BrokerState, TelemetryStatus
+from router.telemetry.status import (
+    NO_ENGINE_METRICS,
+    BrokerState,
+    EngineMetricsStatus,
+    TelemetryStatus,
+)
 
 BAND_LOOK: dict[str, tuple[str, Tone]] = {
     Band.EXCELLENT: ("✔", Tone.OK),
@@ -71,9 +76,14 @@ SEP: Cell = (" │ ", Tone.DIM)
 
 
 def header_lines(
-    snap: FleetSnapshot, status: TelemetryStatus, modes: Modes, service: Service | None = None
+    snap: FleetSnapshot,
+    status: TelemetryStatus,
+    modes: Modes,
+    service: Service | None = None,
+    engines: EngineMetricsStatus = NO_ENGINE_METRICS,
 ) -> tuple[tuple[Cell, ...], ...]:
-    """Three lines of (text, tone) segments; ``service`` as the fleet table's rows read."""
+    """Three lines of (text, tone) segments; ``service`` as the fleet table's rows read,
+    ``engines`` what the router could not take from the engines' own /metrics."""
     q = snap.queue
     prio = ", ".join(f"{name} {n}" for name, n in q.by_priority.items() if n)
     line1: tuple[Cell, ...] = (
@@ -102,7 +112,7 @@ def header_lines(
         ("imbalance ", Tone.DIM),
         _imbalance(snap, service),
     )
-    return (line1, line2, _line3(status, modes))
+    return (line1, line2, _line3(status, modes, engines))
 
 
 def _panic(snap: FleetSnapshot) -> tuple[Cell, ...]:
@@ -120,10 +130,11 @@ def _imbalance(snap: FleetSnapshot, service: Service | None) -> Cell:
     return (f"{snap.imbalance_factor:.2f} {symbol} {snap.band}", tone)
 
 
-def _line3(status: TelemetryStatus, modes: Modes) -> tuple[Cell, ...]:
+def _line3(status: TelemetryStatus, modes: Modes, engines: EngineMetricsStatus) -> tuple[Cell, ...]:
     # The console's own modes come first: at 80 columns the end of this line is cut, and
-    # Space, + and - must show their effect.
-    cells: list[Cell] = [*_modes(modes), SEP]
+    # Space, + and - must show their effect. A fleet of real engines often runs without an
+    # MQTT feed, their /metrics its only telemetry: its troubles come before the broker's.
+    cells: list[Cell] = [*_modes(modes), SEP, *_engines(engines)]
     broker_text, broker_tone = BROKER_LOOK.get(status.broker, (str(status.broker), Tone.WARN))
     cells += [("broker ", Tone.DIM), (broker_text, broker_tone), SEP]
     if status.broker == BrokerState.DISABLED:
@@ -144,6 +155,23 @@ def _line3(status: TelemetryStatus, modes: Modes) -> tuple[Cell, ...]:
     if f.dropped or f.lost:
         cells.append((f" dropped {f.dropped} lost {f.lost}", Tone.WARN))
     return tuple(cells)
+
+
+def _engines(engines: EngineMetricsStatus) -> list[Cell]:
+    """``✖ engine /metrics unreadable: vllm-1`` (or how many), ``⚠ engine /metrics refused
+    values: vllm-0`` for replicas whose pages were read; nothing when all is well."""
+    cells: list[Cell] = []
+    unreadable = sorted(engines.errors)
+    refused = [r for r in sorted(engines.rejected) if r not in engines.errors]
+    if unreadable:
+        cells += [(f"✖ engine /metrics unreadable: {_which(unreadable)}", Tone.BAD), SEP]
+    if refused:
+        cells += [(f"⚠ engine /metrics refused values: {_which(refused)}", Tone.WARN), SEP]
+    return cells
+
+
+def _which(replicas: list[str]) -> str:
+    return replicas[0] if len(replicas) == 1 else f"{len(replicas)} replicas"
 
 
 def _modes(modes: Modes) -> list[Cell]:

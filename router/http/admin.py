@@ -88,7 +88,7 @@ from router.in_flight import in_flight
 from router.rollout.manager import ACTIONS, RolloutManager
 from router.rollout.splits import SPLIT_ACTIONS
 from router.rollout.templates import VERSION_NAME
-from router.telemetry.status import TelemetryStatus
+from router.telemetry.status import EngineMetricsStatus, TelemetryStatus
 
 __all__ = ["RUN_HEADER", "AdminApi", "admin_token", "fleet_shape", "token_refusal"]
 
@@ -117,7 +117,7 @@ class AdminApi:
         *,
         token: str | None = None,
         telemetry: Callable[[], TelemetryStatus] | None = None,
-        engine_metrics: Callable[[], dict[str, Any]] | None = None,
+        engine_metrics: Callable[[], EngineMetricsStatus] | None = None,
         served_models: Callable[[], dict[str, Any]] | None = None,
         metrics: RouterMetrics | None = None,
         private: bool = False,
@@ -230,7 +230,7 @@ class AdminApi:
         if self.telemetry is not None:
             data["telemetry"] = dataclasses.asdict(self.telemetry())
         if self.engine_metrics is not None:
-            data["engine_metrics"] = self.engine_metrics()
+            data["engine_metrics"] = dataclasses.asdict(self.engine_metrics())
         if self.served_models is not None:
             data["served_models"] = self.served_models()
         return data

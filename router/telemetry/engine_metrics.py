@@ -42,7 +42,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import TypeAlias, TypeVar
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,6 +51,7 @@ from router.clock import Clock
 from router.core import RouterCore
 from router.errors import TelemetryError
 from router.replica import EngineLoad, Replica
+from router.telemetry.status import EngineMetricsStatus
 
 MAX_METRICS_BYTES = 4 * 1024 * 1024
 """A /metrics page larger than this is refused unread (vLLM's is tens of KiB)."""
@@ -322,14 +323,14 @@ class EngineMetricsPoller:
         self._own_session = session is None
         self._task: asyncio.Task[None] | None = None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> EngineMetricsStatus:
         """Per replica: why its last poll failed, and the values refused as nonsense (how
-        many, and the latest reason), for the admin state."""
-        return {
-            "errors": dict(self.errors),
-            "rejected": dict(self.rejected),
-            "last_rejection": dict(self.last_rejection),
-        }
+        many, and the latest reason), for the admin state and the console."""
+        return EngineMetricsStatus(
+            errors=dict(self.errors),
+            rejected=dict(self.rejected),
+            last_rejection=dict(self.last_rejection),
+        )
 
     async def start(self) -> None:
         """Poll in the background; does nothing when the interval is 0."""

@@ -1,6 +1,8 @@
-"""What the router knows of its telemetry feed and control link, as plain frozen data.
+"""What the router knows of its telemetry feed, control link and engines' /metrics, as plain
+frozen data.
 
-The MQTT subscriber and the control link keep this up to date; the console,
+The MQTT subscriber, the control link and the engine /metrics poller keep this up to date; the
+console,
 ``gpurouter ctl status``, the admin API and /metrics read it. Ages are measured on the
 router's own monotonic clock at arrival, never from timestamps in payloads, so a node with a
 wrong clock cannot look fresh.
@@ -125,3 +127,26 @@ class TelemetryStatus:
 
 DISABLED = TelemetryStatus(BrokerState.DISABLED, None)
 """The status of a router that runs without telemetry."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetricsStatus:
+    """What the engine /metrics poller (router/telemetry/engine_metrics.py) could not take, per
+    replica id: a page it could not read, and values it refused as nonsense (each field kept
+    at its last good value)."""
+
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """Why the replica's latest poll failed (absent once one succeeds)."""
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    """How many values the replica's pages carried that were refused as nonsense."""
+    last_rejection: Mapping[str, str] = field(default_factory=dict)
+    """The latest refused value and why (kept after later good pages)."""
+
+    @property
+    def troubled(self) -> tuple[str, ...]:
+        """Replicas with anything to show, in order."""
+        return tuple(sorted(self.errors.keys() | self.rejected.keys()))
+
+
+NO_ENGINE_METRICS = EngineMetricsStatus()
+"""The status of a router that polls no engine /metrics (or found nothing wrong)."""
