@@ -11,16 +11,20 @@ weight at 1, every batch size at the engines' ``--max-num-seqs``. The client is 
 
 1. Each engine alone, closed loop as wide as its batch size: its rate at saturation, the
    figure learned capacity estimates (the rate at the batch size the router allows).
-2. Every engine kept full at once through gpurouter (a closed loop as wide as all their
+2. Every engine kept full through gpurouter at once (a closed loop as wide as all their
    batch sizes), each engine's output counted by its own ``vllm:generation_tokens_total``
-   over 30 s, in requests of 128 tokens: what each does while routed. On this machine
-   the router and the client share the engines' cores, so this is less than alone, and it
-   is what the router's accounting can see.
+   over ``--window`` seconds, in requests of 128 tokens: what each does while routed. On
+   this machine the router and the client share the engines' cores, so this is less than
+   alone, and it is what the router's accounting can see. It is measured before the first
+   round and again after every round: a shared host's speed moves by a fifth within a
+   quarter of an hour, so each round is read against the two measurements on either side
+   of it (their mean), and the lines say how far those two lay apart.
 3. Per round, a fresh ``gpurouter serve`` with the default strategy, Poisson arrivals at
-   ``--load`` times the sum of the routed rates for ``--seconds``; the router's admin state
-   is read every ``--every`` seconds: each engine's learned capacity (requests per second at
-   the workload's mean request), its source, and the measurement and prior it blends, over
-   the engine's routed rate; the last lines compare it with both rates.
+   ``--load`` times the sum of the rates kept full just before, for ``--seconds``; the
+   router's admin state is read every ``--every`` seconds: each engine's learned capacity
+   (requests per second at the workload's mean request), its source, and the measurement and
+   prior it blends, over the engine's rate kept full around that round; the last lines
+   compare it with that rate and with the rate alone.
 
 The aim (issue 20): within 10% of each engine's rate after 60 s. On a 2-core machine the
 router and the client share the engines' cores: run nothing else meanwhile.
@@ -199,38 +203,47 @@ def ratio(reading: dict[str, Any], rid: str, key: str, alone: float) -> float | 
     return None if value is None else float(value) / alone
 
 
+def around(rnd: dict[str, Any]) -> dict[str, float]:
+    """Each engine's rate kept full around a round: the mean of the measurements just before
+    and just after it."""
+    before, after = rnd["before"], rnd["after"]
+    return {k: (before[k] + after[k]) / 2 for k in before}
+
+
 def _cell(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
 def report(
-    refs: dict[str, dict[str, float]],
-    rounds: dict[float, list[list[dict[str, Any]]]],
+    refs: dict[str, Any],
+    rounds: dict[float, list[dict[str, Any]]],
     seconds: float,
 ) -> None:
     alone = refs["alone"]
-    for label, ref in (
-        ("alone, as wide as its batch size", alone),
-        ("kept full through gpurouter beside the other", refs["routed"]),
-    ):
-        print(f"each engine {label}: " + ", ".join(f"{k} {ref[k]:.2f} req/s" for k in sorted(ref)))
+    print("each engine alone, as wide as its batch size: " + _rates(alone))
+    for i, kept in enumerate(refs["routed"]):
+        when = "before the first round" if i == 0 else f"after round {i}"
+        print(f"each engine kept full through gpurouter beside the other, {when}: {_rates(kept)}")
     for load, its_rounds in rounds.items():
         print(f"-- at {load} of the summed routed rates")
-        report_load(refs, its_rounds, seconds)
+        report_load(alone, its_rounds, seconds)
 
 
-def report_load(
-    refs: dict[str, dict[str, float]], rounds: list[list[dict[str, Any]]], seconds: float
-) -> None:
-    alone, routed = refs["alone"], refs["routed"]
+def _rates(rates: dict[str, float]) -> str:
+    return ", ".join(f"{k} {rates[k]:.2f} req/s" for k in sorted(rates))
+
+
+def report_load(alone: dict[str, float], rounds: list[dict[str, Any]], seconds: float) -> None:
     names = sorted(alone)
     print(
-        "over each engine's rate kept full through gpurouter: learned (source), measurement, prior"
+        "over each engine's rate kept full through gpurouter around the round: learned "
+        "(source), measurement, prior"
     )
     print(f"{'round':>5} {'at s':>5} " + " ".join(f"{k:>34}" for k in names))
-    at_end: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
-    for i, readings in enumerate(rounds, 1):
-        for reading in readings:
+    at_end: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {k: [] for k in names}
+    for i, rnd in enumerate(rounds, 1):
+        routed = around(rnd)
+        for reading in rnd["readings"]:
             cells = []
             for k in names:
                 rep = reading["replicas"].get(k, {})
@@ -243,13 +256,27 @@ def report_load(
                     f"p {_cell(prior)}".rjust(34)
                 )
             print(f"{i:>5} {reading['at_s']:>5} " + " ".join(cells))
-        last = [x for x in readings if x["at_s"] <= seconds + 1]
+        last = [x for x in rnd["readings"] if x["at_s"] <= seconds + 1]
         for k in names:
             if last and last[-1]["replicas"].get(k, {}).get("rps") is not None:
-                at_end[k].append(last[-1])
-    for label, ref in (("kept full through gpurouter", routed), ("alone", alone)):
+                at_end[k].append((rnd, last[-1]))
+    for k in names:
+        drift = [rnd["after"][k] / rnd["before"][k] for rnd, _ in at_end[k]]
+        if drift:
+            print(
+                f"{k}, kept full after each round over before it: "
+                + ", ".join(f"{d:.2f}" for d in drift)
+            )
+    for label, ref_of in (
+        ("kept full through gpurouter around the round", around),
+        ("kept full just before the round", lambda rnd: rnd["before"]),
+        ("kept full just after the round", lambda rnd: rnd["after"]),
+        ("alone", lambda _: alone),
+    ):
         for k in names:
-            vs = [v for r in at_end[k] if (v := ratio(r, k, "rps", ref[k])) is not None]
+            vs = [
+                v for rnd, r in at_end[k] if (v := ratio(r, k, "rps", ref_of(rnd)[k])) is not None
+            ]
             if not vs:
                 continue
             verdict = "within" if max(abs(v - 1) for v in vs) <= AIM else "NOT within"
@@ -287,15 +314,18 @@ def main() -> None:
             width = lab.state.options.max_num_seqs
             alone = measure_alone(lab, width, args.alone_prompts, workdir)
             say("every engine kept full through gpurouter at once")
-            refs = {
-                "alone": alone,
-                "routed": measure_routed(lab, alone, workdir, args.settle, args.window),
-            }
-            rounds: dict[float, list[list[dict[str, Any]]]] = {load: [] for load in loads}
+            kept = [measure_routed(lab, alone, workdir, args.settle, args.window)]
+            rounds: dict[float, list[dict[str, Any]]] = {load: [] for load in loads}
             for load in loads:
                 for rnd in range(args.rounds):
                     say(f"round {rnd + 1}: gpurouter default at {load} of their rates")
-                    rounds[load].append(one_round(lab, refs["routed"], args, load, rnd, workdir))
+                    readings = one_round(lab, kept[-1], args, load, rnd, workdir)
+                    say("every engine kept full through gpurouter at once, again")
+                    kept.append(measure_routed(lab, alone, workdir, args.settle, args.window))
+                    rounds[load].append(
+                        {"readings": readings, "before": kept[-2], "after": kept[-1]}
+                    )
+            refs = {"alone": alone, "routed": kept}
     if args.json:
         print(json.dumps({"rates_rps": refs, "rounds": rounds, "args": vars(args)}, indent=1))
     else:
