@@ -188,40 +188,42 @@ def test_header_names_replicas_whose_engine_metrics_are_unreadable_or_refused_fi
     assert "engine /metrics" not in calm
     one = EngineMetricsStatus(
         errors={"r1": "http://127.0.0.1:9/metrics: HTTP 503"},
-        rejected={"r0": 2, "r1": 1},
+        rejected={"r0": 2, "r1": 1, "r2": 4},
         last_rejection={"r0": "running: -3.0 outside 0..1000000"},
+        refusing=("r0", "r1"),
     )
     line = header_lines(snap, DISABLED, Modes(), engines=one)[2]
     text = _text(line)
     assert "✖ engine /metrics unreadable: r1" in text
-    # r1's refusals are older than its page going unreadable: only r0 is named for them.
+    # r1's page is not read now; r2's refusals are past (its latest page was sane).
     assert "⚠ engine /metrics refused values: r0" in text
     assert text.index("engine /metrics") < text.index("broker")
-    tones = {t: tone for t, tone in line}
+    tones = dict(line)
     assert tones["✖ engine /metrics unreadable: r1"] is Tone.BAD
     assert tones["⚠ engine /metrics refused values: r0"] is Tone.WARN
     many = EngineMetricsStatus(errors={"r0": "refused", "r1": "refused", "r2": "refused"})
     assert "unreadable: 3 replicas" in _text(header_lines(snap, DISABLED, Modes(), engines=many)[2])
+    past = EngineMetricsStatus(rejected={"r0": 9}, last_rejection={"r0": "kv_usage: nan"})
+    assert "engine /metrics" not in _text(header_lines(snap, DISABLED, Modes(), engines=past)[2])
 
 
-def test_alerts_say_when_an_engine_page_goes_unreadable_is_read_again_or_carries_nonsense() -> None:
+def test_alerts_say_when_an_engine_page_goes_unreadable_or_carries_nonsense_and_recovers() -> None:
+    """Once each way: an exporter that stays broken is not an alert at every poll."""
     calm = Watch("connected", frozenset(), frozenset(), "good", False)
     down = replace(calm, engines=EngineMetricsStatus(errors={"r1": "HTTP 503"}))
     assert alerts(calm, down) == [("✖ r1: engine /metrics unreadable: HTTP 503", Tone.BAD)]
     assert alerts(down, down) == []
     assert alerts(down, calm) == [("● r1: engine /metrics read again", Tone.OK)]
-    once = EngineMetricsStatus(
-        rejected={"r0": 1}, last_rejection={"r0": "kv_usage: 7.0 outside 0.0..1.0"}
-    )
-    twice = replace(once, rejected={"r0": 2})
-    warn = (
-        "⚠ r0: engine /metrics value refused, last good kept: kv_usage: 7.0 outside 0.0..1.0",
-        Tone.WARN,
-    )
+    why = "kv_usage: 7.0 outside 0.0..1.0"
+    once = EngineMetricsStatus(rejected={"r0": 1}, last_rejection={"r0": why}, refusing=("r0",))
+    again = replace(once, rejected={"r0": 5})
+    sane = replace(again, refusing=())
+    warn = (f"⚠ r0: engine /metrics value refused, last good kept: {why}", Tone.WARN)
     assert alerts(calm, replace(calm, engines=once)) == [warn]
-    # The count stays (it is a total): only a new refusal is an alert.
-    assert alerts(replace(calm, engines=once), replace(calm, engines=once)) == []
-    assert alerts(replace(calm, engines=once), replace(calm, engines=twice)) == [warn]
+    assert alerts(replace(calm, engines=once), replace(calm, engines=again)) == []
+    assert alerts(replace(calm, engines=again), replace(calm, engines=sane)) == [
+        ("● r0: engine /metrics values sane again", Tone.OK)
+    ]
 
 
 def test_token_counts_are_short() -> None:

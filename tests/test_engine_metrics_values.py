@@ -155,6 +155,10 @@ def test_the_poller_keeps_the_last_good_value_and_counts_each_refusal() -> None:
     assert h100.engine is not None
     assert h100.engine.running == 5
     assert "a100-0" not in poller.rejected
+    assert poller.status().refusing == ("h100-0",)
+    poller.apply(h100, GOOD_READING)
+    # A sane page ends the trouble now; the count since start stays.
+    assert (poller.status().refusing, poller.status().rejected) == ((), {"h100-0": 3})
 
 
 def test_a_field_refused_on_the_first_page_stays_unknown() -> None:

@@ -141,17 +141,20 @@ def alerts(before: Watch | None, now: Watch) -> list[tuple[str, Tone]]:
 
 
 def _engine_alerts(before: EngineMetricsStatus, now: EngineMetricsStatus) -> list[tuple[str, Tone]]:
-    """A replica's engine /metrics becoming unreadable (with why), read again, or carrying
-    values refused as nonsense since the last refresh (with the latest reason)."""
+    """A replica's engine /metrics becoming unreadable (with why) and read again; starting
+    to carry values refused as nonsense (with the reason) and sane again. Once each way, not
+    at every poll of an exporter that stays broken."""
     out: list[tuple[str, Tone]] = []
     for replica in sorted(now.errors.keys() - before.errors.keys()):
         out.append((f"✖ {replica}: engine /metrics unreadable: {now.errors[replica]}", Tone.BAD))
     for replica in sorted(before.errors.keys() - now.errors.keys()):
         out.append((f"● {replica}: engine /metrics read again", Tone.OK))
-    for replica, count in sorted(now.rejected.items()):
-        if count > before.rejected.get(replica, 0):
-            why = now.last_rejection.get(replica, "")
-            out.append(
-                (f"⚠ {replica}: engine /metrics value refused, last good kept: {why}", Tone.WARN)
-            )
+    refusing, refused = set(now.refusing), set(before.refusing)
+    for replica in sorted(refusing - refused):
+        why = now.last_rejection.get(replica, "")
+        out.append(
+            (f"⚠ {replica}: engine /metrics value refused, last good kept: {why}", Tone.WARN)
+        )
+    for replica in sorted(refused - refusing):
+        out.append((f"● {replica}: engine /metrics values sane again", Tone.OK))
     return out

@@ -159,10 +159,11 @@ def _line3(status: TelemetryStatus, modes: Modes, engines: EngineMetricsStatus) 
 
 def _engines(engines: EngineMetricsStatus) -> list[Cell]:
     """``✖ engine /metrics unreadable: vllm-1`` (or how many), ``⚠ engine /metrics refused
-    values: vllm-0`` for replicas whose pages were read; nothing when all is well."""
+    values: vllm-0`` for a readable page whose latest reading carried nonsense; nothing when
+    all is well (a refusal long past is in ``gpurouter ctl status``'s count)."""
     cells: list[Cell] = []
     unreadable = sorted(engines.errors)
-    refused = [r for r in sorted(engines.rejected) if r not in engines.errors]
+    refused = [r for r in engines.refusing if r not in engines.errors]
     if unreadable:
         cells += [(f"✖ engine /metrics unreadable: {_which(unreadable)}", Tone.BAD), SEP]
     if refused:

@@ -319,6 +319,8 @@ class EngineMetricsPoller:
         or not numbers), each refused and replaced by that field's last good value."""
         self.last_rejection: dict[str, str] = {}
         """Replica id -> the latest refused value and why (kept after later good pages)."""
+        self.refusing: set[str] = set()
+        """Replicas whose latest page read carried a refused value."""
         self._session = session
         self._own_session = session is None
         self._task: asyncio.Task[None] | None = None
@@ -330,6 +332,7 @@ class EngineMetricsPoller:
             errors=dict(self.errors),
             rejected=dict(self.rejected),
             last_rejection=dict(self.last_rejection),
+            refusing=tuple(sorted(self.refusing)),
         )
 
     async def start(self) -> None:
@@ -368,6 +371,9 @@ class EngineMetricsPoller:
             self.last_rejection[replica.id] = "; ".join(
                 f"{name}: {why}" for name, why in reading.rejected.items()
             )
+            self.refusing.add(replica.id)
+        else:
+            self.refusing.discard(replica.id)
         last = previous if previous is not None else EngineLoad(reading.engine, received_at=0.0)
         load = EngineLoad(
             engine=reading.engine,

@@ -141,11 +141,9 @@ class EngineMetricsStatus:
     """How many values the replica's pages carried that were refused as nonsense."""
     last_rejection: Mapping[str, str] = field(default_factory=dict)
     """The latest refused value and why (kept after later good pages)."""
-
-    @property
-    def troubled(self) -> tuple[str, ...]:
-        """Replicas with anything to show, in order."""
-        return tuple(sorted(self.errors.keys() | self.rejected.keys()))
+    refusing: tuple[str, ...] = ()
+    """Replicas whose latest page read carried a value refused as nonsense: a broken exporter
+    now, where ``rejected`` counts since the router started."""
 
 
 NO_ENGINE_METRICS = EngineMetricsStatus()
