@@ -1,11 +1,10 @@
 """What the router knows of its telemetry feed, control link and engines' /metrics, as plain
 frozen data.
 
-The MQTT subscriber, the control link and the engine /metrics poller keep this up to date; the
-console,
-``gpurouter ctl status``, the admin API and /metrics read it. Ages are measured on the
-router's own monotonic clock at arrival, never from timestamps in payloads, so a node with a
-wrong clock cannot look fresh.
+The MQTT subscriber, the control link and the engine /metrics poller keep this up to date;
+the console, ``gpurouter ctl status``, the admin API and /metrics read it. Ages are measured
+on the router's own monotonic clock at arrival, never from timestamps in payloads, so a node
+with a wrong clock cannot look fresh.
 """
 
 from __future__ import annotations
