@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from router.config.schema import (
     FleetConfig,
     GpuConfig,
+    HealthConfig,
     NodeConfig,
     QueueConfig,
     ReplicaConfig,
     RetryConfig,
     RouterConfig,
+    ServerConfig,
     StrategyConfig,
 )
 
@@ -73,3 +77,30 @@ def make_fleet(
 
 def _gpu(weight: float) -> str:
     return "A100-80GB" if weight > 1 else "V100-32GB"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def served_behind(
+    fleet: FleetConfig, health: HealthConfig, endpoints: Mapping[str, str] | None = None
+) -> FleetConfig:
+    """``fleet`` (one node) with each replica at ``endpoints[id]``, or at a closed loopback
+    port, the router's listeners on free loopback ports and ``health`` its checks."""
+    node = fleet.nodes[0]
+    at = endpoints or {}
+    replicas = tuple(
+        replace(r, endpoint=at.get(r.id, f"http://127.0.0.1:{closed_port()}"))
+        for r in node.replicas
+    )
+    return replace(
+        fleet,
+        nodes=(replace(node, replicas=replicas),),
+        router=replace(fleet.router, health=health),
+        server=ServerConfig(listen="127.0.0.1:0", admin_listen="127.0.0.1:0"),
+    )

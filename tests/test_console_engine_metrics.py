@@ -6,10 +6,8 @@ and its events pane."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 
 from aiohttp import web
 
@@ -18,9 +16,9 @@ from console.attach.backend import RemoteBackend, attach
 from console.router_host import LocalRouter
 from console.widgets.events_pane import EventsPane
 from console.widgets.header import DashboardHeader
-from router.config.schema import FleetConfig, HealthConfig, ServerConfig
+from router.config.schema import FleetConfig, HealthConfig
 from router.http.server import RouterServer
-from tests.fleet_factory import make_fleet
+from tests.fleet_factory import make_fleet, served_behind
 
 NONSENSE_PAGE = """\
 # TYPE vllm:num_requests_waiting gauge
@@ -31,12 +29,6 @@ vllm:num_requests_running{engine="0",model_name="m"} 3.0
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 7.0
 """
 SIZE = (160, 32)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager
@@ -61,19 +53,8 @@ async def engine_page(text: str) -> AsyncIterator[str]:
 
 def fleet_behind(url: str) -> FleetConfig:
     """r0 at ``url``; r1-r3 at closed ports. No timers: the test polls and refreshes."""
-    fleet = make_fleet()
-    node = fleet.nodes[0]
-    replicas = tuple(
-        replace(r, endpoint=url if i == 0 else f"http://127.0.0.1:{closed_port()}")
-        for i, r in enumerate(node.replicas)
-    )
     health = HealthConfig(check_interval_s=0.0, engine_metrics_interval_s=0.0)
-    return replace(
-        fleet,
-        nodes=(replace(node, replicas=replicas),),
-        router=replace(fleet.router, health=health),
-        server=ServerConfig(listen="127.0.0.1:0", admin_listen="127.0.0.1:0"),
-    )
+    return served_behind(make_fleet(), health, {"r0": url})
 
 
 async def shows_the_engines_troubles(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from console.widgets.header import DashboardHeader
 from console.widgets.model_summary import ModelSummary
 from router.config.schema import FleetConfig, HealthConfig, ServerConfig
 from router.replica import ReplicaState
-from tests.fleet_factory import make_fleet
+from tests.fleet_factory import make_fleet, served_behind
 
 
 async def test_console_drives_the_router_it_runs() -> None:
@@ -84,27 +83,9 @@ def test_cli_refuses_a_token_variable_that_is_not_set_and_starts_nothing(
     )
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (the OS picked it free; it is closed again)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def fleet_with_nothing_behind() -> FleetConfig:
-    fleet = make_fleet()
-    node = fleet.nodes[0]
-    replicas = tuple(
-        replace(r, endpoint=f"http://127.0.0.1:{closed_port()}") for r in node.replicas
-    )
     # No timer: the test runs the health checks itself, so nothing depends on time.
-    health = HealthConfig(check_interval_s=0.0, eject_after_failures=5)
-    return replace(
-        fleet,
-        nodes=(replace(node, replicas=replicas),),
-        router=replace(fleet.router, health=health),
-        server=ServerConfig(listen="127.0.0.1:0", admin_listen="127.0.0.1:0"),
-    )
+    return served_behind(make_fleet(), HealthConfig(check_interval_s=0.0, eject_after_failures=5))
 
 
 async def test_a_console_with_nothing_behind_the_endpoints_says_so_everywhere() -> None:

@@ -17,6 +17,7 @@ from router.adaptive import TunerChange
 from router.control import SetWeight
 from router.http.server import RouterServer
 from router.replica import ReplicaState
+from tests.fleet_factory import closed_port
 from tests.http_support import Spec, routed
 from tests.test_emulator_support import MODEL, until
 
@@ -63,14 +64,6 @@ class Ctl:
 @pytest.fixture
 def ctl(capsys: pytest.CaptureFixture[str]) -> Ctl:
     return Ctl(capsys)
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def one_error_line(result: Result) -> str:
