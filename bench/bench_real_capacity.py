@@ -16,8 +16,8 @@ weight at 1, every batch size at the engines' ``--max-num-seqs``. The client is 
    over ``--window`` seconds, in requests of 128 tokens: what each does while routed. On
    this machine the router and the client share the engines' cores, so this is less than
    alone, and it is what the router's accounting can see. It is measured before the first
-   round and again after every round: a shared host's speed moves by a fifth within a
-   quarter of an hour, so each round is read against the two measurements on either side
+   round and again after every round: a shared host's speed moved by a fifth within ten
+   minutes (2026-11-30), so each round is read against the two measurements on either side
    of it (their mean), and the lines say how far those two lay apart.
 3. Per round, a fresh ``gpurouter serve`` with the default strategy, Poisson arrivals at
    ``--load`` times the sum of the rates kept full just before, for ``--seconds``; the
