@@ -31,12 +31,14 @@ between the two. The measured rate takes over from the prior as its evidence gro
 decayed sum of shares: seconds at saturation it covers; half-way at ``EVIDENCE_S``, or at
 ``WEIGHT_PRIOR_EVIDENCE_S`` where the prior is only the static weight), so a card too little
 used to measure keeps its prior. The published figure follows through a low-pass
-filter (``SMOOTH_S``). Where the performance model does not know the card or the model, the
-prior is the replica's static weight times the fleet's rate per unit of weight, and the
-measurement is the replica's own load curve (router/load_curve.py: seconds per unit of work
-against concurrency, a line through its completions) read at its batch size; until that line
-can be drawn, the plain throughput at the concurrency it ran, in which the requests streaming
-on such a card count beside its completions, each as far as it has come (``Progress``): a
+filter (``SMOOTH_S``), but for a card the model does not know its first measurement, and its
+load curve's first reading, are each taken at once: another figure, not a step of the same
+one. Where the performance model does not know the card or the model, the prior is the
+replica's static weight times the fleet's rate per unit of weight, and the measurement is
+the replica's own load curve (router/load_curve.py: seconds per unit of work against
+concurrency, a line through its completions) read at its batch size; until that line can be
+drawn, the plain throughput at the concurrency it ran, in which the requests streaming on
+such a card count beside its completions, each as far as it has come (``Progress``): a
 slow engine whose requests take a minute has no completion for that minute, and held the
 fleet's average with every weight at 1 (a real CPU engine 5.8x slower than that, for 70 s);
 and its first completions are the requests that got ahead of their wave. The line itself is
@@ -449,6 +451,11 @@ class ReplicaCapacity:
             return None
         return self._work / self._shares * self.own.cost_per_effort()
 
+    def reads_line(self, batch_size: int) -> bool:
+        """Whether ``measured`` reads the load curve: where the model does not know the
+        replica, once its completions draw the line."""
+        return self.prior.deployment is None and self.curve.rate_at(batch_size) is not None
+
     def _unmodelled(self, batch_size: int) -> float | None:
         """The load curve at ``batch_size``; until it can be drawn, the plain throughput at
         the concurrency the replica ran (its efficiency is 1 throughout: a share is time over
@@ -581,6 +588,8 @@ class FleetCapacity:
         """``_fleet_cost`` through the estimates' low-pass filter: what ``rps`` divides by."""
         self._smoothed: list[float | None] = [None] * len(self._replicas)
         self._smoothed_source: list[Source | None] = [None] * len(self._replicas)
+        self._smoothed_line = [False] * len(self._replicas)
+        """Whether each filtered figure already follows its replica's load curve."""
         self._last_refresh: float | None = None
         self.unit_rate = DEFAULT_RATE_PER_WEIGHT
         """Cost units per second per unit of static weight, over the fleet's learned rates."""
@@ -728,6 +737,13 @@ class FleetCapacity:
             and self._smoothed_source[i] is Source.PRIOR
             and self.per_replica[i].prior.rate is None
         )
+        # Its load curve's first reading, the rate at its batch size, replaces the plain
+        # throughput at the concurrency it ran for the same reason: another figure, not a
+        # step of the same one. Filtered from the plain figure, real vLLM engines' learned
+        # rates at 60 s lagged their lines by up to 11% (docs/benchmarks.md).
+        lined = self.per_replica[i].reads_line(self._replicas[i].batch_size)
+        first = first or (lined and not self._smoothed_line[i])
+        self._smoothed_line[i] = lined
         if last is not None and not first:
             rate = last + k * (rate - last)
         self._smoothed[i] = rate
