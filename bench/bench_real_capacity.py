@@ -165,6 +165,7 @@ class Watcher:
                 "source": s.get("capacity_source"),
                 "prior_rps": s.get("capacity_prior_rps"),
                 "measured_rps": s.get("capacity_measured_rps"),
+                "at_once": s.get("capacity_measured_concurrency"),
                 "in_flight": s.get("in_flight"),
             }
             for s in state["replicas"]
@@ -237,9 +238,9 @@ def report_load(alone: dict[str, float], rounds: list[dict[str, Any]], seconds: 
     names = sorted(alone)
     print(
         "over each engine's rate kept full through gpurouter around the round: learned "
-        "(source), measurement, prior"
+        "(source), measurement (@N: what it did N at once, short of its batch), prior"
     )
-    print(f"{'round':>5} {'at s':>5} " + " ".join(f"{k:>34}" for k in names))
+    print(f"{'round':>5} {'at s':>5} " + " ".join(f"{k:>38}" for k in names))
     at_end: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {k: [] for k in names}
     for i, rnd in enumerate(rounds, 1):
         routed = around(rnd)
@@ -251,9 +252,11 @@ def report_load(alone: dict[str, float], rounds: list[dict[str, Any]], seconds: 
                     ratio(reading, k, key, routed[k])
                     for key in ("rps", "measured_rps", "prior_rps")
                 )
+                at_once = rep.get("at_once")
+                short = "" if at_once is None or measured is None else f"@{max(1, round(at_once))}"
                 cells.append(
-                    f"{_cell(learned)} ({rep.get('source', '-')}) m {_cell(measured)} "
-                    f"p {_cell(prior)}".rjust(34)
+                    f"{_cell(learned)} ({rep.get('source', '-')}) m {_cell(measured)}{short} "
+                    f"p {_cell(prior)}".rjust(38)
                 )
             print(f"{i:>5} {reading['at_s']:>5} " + " ".join(cells))
         last = [x for x in rnd["readings"] if x["at_s"] <= seconds + 1]

@@ -194,6 +194,10 @@ class CapacityEstimate:
     does not know is measured from its streams before its first completion)."""
     completions: float
     """Recent completions behind the measurement (decayed with ``TAU_S``)."""
+    measured_concurrency: float | None
+    """Requests at once the measurement speaks for, where that is short of the batch size
+    (``ReplicaCapacity.measured_concurrency``): then it is what the replica did that many at once, a
+    floor under what it does full. None: read at the batch size, or nothing measured."""
     kv_tokens: int | None
     kv_source: Source | None
     kv_age_s: float | None
@@ -329,6 +333,7 @@ class ReplicaCapacity:
     in flight changes, so each stretch of time is counted at the concurrency it ran at."""
 
     __slots__ = (
+        "_in_flight",
         "_last_completion",
         "_own_at_fit",
         "_own_refit",
@@ -365,6 +370,7 @@ class ReplicaCapacity:
         produced), decayed: what turns a stream's tokens so far into priced units."""
         self.completions = 0.0
         self._stamp: float | None = None
+        self._in_flight = 0
         self._last_completion: float | None = None
         self.curve = LoadCurve()
         """Seconds per unit of work against concurrency: read only where the model does not
@@ -374,6 +380,7 @@ class ReplicaCapacity:
         """The requests still streaming, where the model does not know the replica."""
 
     def advance(self, in_flight: int, now: float) -> None:
+        self._in_flight = in_flight
         stamp, self._stamp = self._stamp, now
         if stamp is None or now <= stamp or not in_flight:
             return
@@ -450,6 +457,21 @@ class ReplicaCapacity:
         if self._shares <= 0 or self.completions < 1.0:
             return None
         return self._work / self._shares * self.own.cost_per_effort()
+
+    def measured_concurrency(self, batch_size: int) -> float | None:
+        """Requests at once ``measured`` speaks for, where the model does not know the
+        replica and that is short of ``batch_size``: its line read short of its batch (the
+        points scatter too much to carry it there), or, until the line can be drawn, its plain
+        throughput, at up to the most it ran at once (its completions' decayed highest, or
+        the requests running now). A card the default strategy gives a request at a time at
+        light load is measured doing that: a real engine's figure read 0.2 of its rate full
+        (docs/benchmarks.md), and this says so. None: read at the batch size, or a card the
+        model knows (its efficiency curve carries any concurrency to saturation)."""
+        if self.prior.deployment is not None:
+            return None
+        reading = self.curve.reading(batch_size)
+        at = reading[0] if reading is not None else max(self.curve.highest, self._in_flight)
+        return at if 0 < at < batch_size else None
 
     def reads_line(self, batch_size: int) -> bool:
         """Whether ``measured`` reads the load curve: where the model does not know the
@@ -683,13 +705,17 @@ class FleetCapacity:
             rate, source = r.weight * self.unit_rate, Source.OPERATOR
         kv, kv_source, kv_age = self._kv(r, now)
         last = acc.measured_at()
+        measured = self._measured(r.index)
         return CapacityEstimate(
             rate=rate,
             rps=self.rps(rate),
             rate_source=source,
             rate_age_s=None if last is None else max(now - last, 0.0),
             prior_rate=self._prior_rate(r.index),
-            measured_rate=self._measured(r.index),
+            measured_rate=measured,
+            measured_concurrency=None
+            if measured is None
+            else acc.measured_concurrency(r.batch_size),
             completions=acc.recent_completions(now),
             kv_tokens=kv,
             kv_source=kv_source,

@@ -83,9 +83,20 @@ class LoadCurve:
             return None  # slower with fewer at once: noise, not an engine
         return max(mean_u - b * mean_c, 0.0), b
 
+    @property
+    def highest(self) -> float:
+        """Highest concurrency among the points, decayed towards the recent ones (0: none)."""
+        return self._high
+
     def rate_at(self, concurrency: float) -> float | None:
         """Units of work a second at ``concurrency``; at ``REACH`` x the highest seen when the
         line is not known there to within ``TOLERANCE``."""
+        reading = self.reading(concurrency)
+        return None if reading is None else reading[1]
+
+    def reading(self, concurrency: float) -> tuple[float, float] | None:
+        """Where ``rate_at`` reads the line for ``concurrency`` (there, or short of it), and
+        the rate there; None while the line cannot be drawn."""
         fitted = self.line()
         if fitted is None:
             return None
@@ -93,7 +104,7 @@ class LoadCurve:
         c = concurrency
         if self._relative_error(a, b, c) > TOLERANCE:
             c = min(concurrency, REACH * self._high)
-        return c / (a + b * c)
+        return c, c / (a + b * c)
 
     def _relative_error(self, a: float, b: float, concurrency: float) -> float:
         """Standard error of the line's value at ``concurrency`` over that value (weighted

@@ -70,6 +70,10 @@ class ReplicaSnapshot:
     capacity_prior_rps: float = 0.0
     capacity_measured_rps: float | None = None
     """What the router's accounting alone says (None: nothing completed yet)."""
+    capacity_measured_concurrency: float | None = None
+    """Requests at once that measurement speaks for, where short of the batch size: a card
+    the performance model does not know, measured only that many at once (None: at the
+    batch size, or nothing measured)."""
     kv_capacity_tokens: int | None = None
     """KV-cache size as learned; None: unknown."""
     kv_capacity_source: str | None = None
@@ -250,6 +254,7 @@ def _replica(
         capacity_measured_rps=None
         if capacity.measured_rate is None
         else core.capacity.rps(capacity.measured_rate),
+        capacity_measured_concurrency=capacity.measured_concurrency,
         kv_capacity_tokens=capacity.kv_tokens,
         kv_capacity_source=None if capacity.kv_source is None else str(capacity.kv_source),
         kv_capacity_age_s=capacity.kv_age_s,

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from router.capacity import Source
+from router.capacity import Progress, Source
 from router.capacity_prior import KEPT_RUNS, PENDING, Curve, InlineFitter, Pending, ProcessFitter
 from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.config.schema import StrategyConfig
 from router.core import RouterCore
+from router.load_curve import REACH
 from router.perf.model import Deployment
 from router.replica import EngineLoad
 from router.request import Request
@@ -126,9 +127,11 @@ def test_a_load_curves_first_reading_is_taken_at_once_then_filtered() -> None:
     assert not acc.reads_line(64)
     assert plain.rate_source is Source.MEASURED
     assert plain.rate == pytest.approx(4 / (0.001 + 0.0001 * 4), rel=0.1)
+    assert plain.measured_concurrency == 4.0  # what it did 4 at once: a floor
     t = _kept_at(core, 16, 0.0001, t, 40.0)
     assert acc.reads_line(64)
     line = core.capacity.estimate(slow, t)
+    assert line.measured_concurrency is None  # read at its batch size
     assert line.measured_rate is not None
     assert line.measured_rate == pytest.approx(64 / (0.001 + 0.0001 * 64), rel=0.01)
     assert plain.rate < 0.5 * line.measured_rate
@@ -140,6 +143,34 @@ def test_a_load_curves_first_reading_is_taken_at_once_then_filtered() -> None:
     assert later.measured_rate is not None
     assert later.measured_rate < 0.9 * line.measured_rate
     assert later.measured_rate < later.rate < line.rate
+
+
+def test_a_measurement_says_how_many_at_once_it_speaks_for_short_of_the_batch() -> None:
+    """A card the model does not know, run a few at a time: before its line can be drawn,
+    what it did with the requests running now; with a line too scattered to carry to its
+    batch, where it is read. A card the model knows is carried to saturation by its curve."""
+    core = RouterCore(make_fleet([1.0, 1.0], batch_sizes=[64, 64]), clock=ManualClock())
+    unknown = core.pool.replicas[0]
+    acc = core.capacity.per_replica[0]
+    assert core.capacity.estimate(unknown, 0.0).measured_concurrency is None  # nothing yet
+    for i in range(3):
+        unknown.running[f"q{i}"] = Request(f"q{i}", 100, 200, 0.0)
+    acc.advance(unknown.in_flight, 0.0)
+    mark = acc.share_mark()
+    core.capacity.refresh(10.0, {0: [Progress(500.0, mark, 0.0)] * 3})
+    assert core.capacity.estimate(unknown, 10.0).measured_concurrency == 3.0
+    rng = random.Random(3)
+    for _ in range(40):
+        c = rng.choice([1.0, 2.0])
+        life = (0.02 + 0.01 * c) * 100.0 * rng.uniform(0.9, 1.1)
+        acc.curve.add(c, life / 100.0, 100.0, 1.0)
+    reading = acc.curve.reading(64)
+    assert reading is not None
+    assert acc.measured_concurrency(64) == reading[0] == REACH * 2
+    known = _core(FOUR_GENERATIONS)
+    h100 = known.capacity.per_replica[known.replica("h100-0").index]
+    h100.advance(2, 0.0)
+    assert h100.measured_concurrency(64) is None
 
 
 def test_kv_size_comes_from_the_engine_then_the_fleet_file_then_the_model() -> None:

@@ -249,6 +249,7 @@ def test_capacity_block_says_where_each_figure_came_from_and_how_old_it_is() -> 
         capacity_age_s=3.0,
         capacity_prior_rps=8.3,
         capacity_measured_rps=13.1,
+        capacity_measured_concurrency=None,
         load=1.2,
         kv_capacity_tokens=450_000,
         kv_capacity_source="engine",
@@ -260,6 +261,10 @@ def test_capacity_block_says_where_each_figure_came_from_and_how_old_it_is() -> 
     assert learned[-1][1] is Tone.WARN  # sent more than it can do
     assert _text(versus) == "prior 8.3 req/s   measured 13.1 req/s"
     assert _text(kv) == "KV cache 450k tokens  from engine, read 2.0s ago   engine preemptions 7"
+    floor = replace(measured, capacity_measured_concurrency=2.6, batch_size=64)
+    assert _text(capacity_lines(floor)[1]) == (
+        "prior 8.3 req/s   measured 13.1 req/s doing 3 at once of its 64: a floor"
+    )
 
 
 def test_capacity_block_of_a_replica_never_measured_or_pinned_by_an_operator() -> None:
@@ -269,6 +274,7 @@ def test_capacity_block_of_a_replica_never_measured_or_pinned_by_an_operator() -
         capacity_age_s=None,
         capacity_prior_rps=8.3,
         capacity_measured_rps=None,
+        capacity_measured_concurrency=None,
         load=0.0,
         kv_capacity_tokens=80_000,
         kv_capacity_source="fleet file",

@@ -229,6 +229,7 @@ async def test_status_shows_learned_capacity_and_the_engines_kv_size_with_source
     assert by_id[served]["capacity_rps"] > 0
     assert by_id[served]["capacity_prior_rps"] > 0
     assert "capacity_measured_rps" in by_id[served]  # None until 50 of its own completions
+    assert by_id[served]["capacity_measured_concurrency"] is None  # a card the model knows
     assert by_id[served]["kv_capacity_tokens"] == engine.kv_capacity_tokens
     assert by_id[served]["kv_capacity_source"] == "engine"
     assert by_id[served]["kv_capacity_age_s"] >= 0

@@ -58,6 +58,8 @@ def test_a_scattered_line_is_not_read_far_past_what_it_covers() -> None:
     _noisy_points(curve, 0.02, 0.01, [1.0, 2.0] * 20, noise=0.1)
     a, b = curve.line() or (0.0, 0.0)
     assert curve.rate_at(64) == pytest.approx(REACH * 2 / (a + b * REACH * 2))
+    assert curve.highest == 2.0
+    assert curve.reading(64) == (REACH * 2, curve.rate_at(64))  # where it was read
 
 
 def test_a_line_its_points_pin_down_is_read_at_the_batch_size() -> None:
@@ -65,6 +67,8 @@ def test_a_line_its_points_pin_down_is_read_at_the_batch_size() -> None:
     curve = LoadCurve()
     _noisy_points(curve, 0.02, 0.01, [1.0, 2.0, 3.0] * 30, noise=0.02)
     assert curve.rate_at(64) == pytest.approx(64 / (0.02 + 0.01 * 64), rel=0.05)
+    assert curve.reading(64) == (64, curve.rate_at(64))
+    assert LoadCurve().reading(64) is None
 
 
 def test_more_points_carry_the_line_further() -> None:

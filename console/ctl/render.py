@@ -149,9 +149,15 @@ def state_cell(r: State) -> Text:
 
 
 def capacity_cell(r: State) -> Text:
-    """Learned capacity, its source and age: ``12.4 r/s measured 3.0s``, ``8.3 r/s prior``;
-    dim while it is still the prior."""
-    text = learned(r["capacity_rps"], r["capacity_source"], r.get("capacity_age_s"))
+    """Learned capacity, its source and age: ``12.4 r/s measured 3.0s``, ``8.3 r/s prior``,
+    ``0.8 r/s measured 2.0s (1 at once)`` for a figure that speaks only for that many at
+    once; dim while it is still the prior."""
+    text = learned(
+        r["capacity_rps"],
+        r["capacity_source"],
+        r.get("capacity_age_s"),
+        r.get("capacity_measured_concurrency"),
+    )
     return Text(text, style="dim" if r["capacity_source"] == "prior" else "")
 
 

@@ -11,14 +11,25 @@ from __future__ import annotations
 from console.view.format import NONE, Cell, Tone, duration, pct, rate, tokens
 from router.snapshot import ReplicaSnapshot
 
-__all__ = ["booked", "capacity_lines", "kv", "learned"]
+__all__ = ["at_once_count", "booked", "capacity_lines", "kv", "learned"]
 
 
-def learned(rps: float, source: str, age_s: float | None) -> str:
+def learned(rps: float, source: str, age_s: float | None, at_once: float | None = None) -> str:
     """``12.4 r/s measured 3.0s``: requests per second, where from, and since the last
-    completion refined it (nothing for a figure no completion has refined)."""
+    completion refined it (nothing for a figure no completion has refined); ``(2 at once)``
+    after a measured figure that speaks only for that many requests at once, short of the
+    batch size (router/capacity.py, ``measured_concurrency``): a floor, not the card full."""
     text = f"{rate(rps)} r/s {source}"
-    return text if age_s is None else f"{text} {duration(age_s)}"
+    if age_s is not None:
+        text = f"{text} {duration(age_s)}"
+    if at_once is not None and source == "measured":
+        text = f"{text} ({at_once_count(at_once)} at once)"
+    return text
+
+
+def at_once_count(at_once: float) -> str:
+    """Requests at once, as a whole number (at least 1)."""
+    return str(max(1, round(at_once)))
 
 
 def kv(count: int | None, source: str | None, age_s: float | None) -> str:
@@ -62,6 +73,17 @@ def capacity_lines(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
         if r.capacity_measured_rps is not None
         else (f"{NONE} (nothing completed yet)", Tone.DIM)
     )
+    at_once: list[Cell] = (
+        []
+        if r.capacity_measured_concurrency is None
+        else [
+            (
+                f" doing {at_once_count(r.capacity_measured_concurrency)} at once of its "
+                f"{r.batch_size}: a floor",
+                Tone.DIM,
+            )
+        ]
+    )
     kv_size: Cell = (
         ("unknown", Tone.DIM)
         if r.kv_capacity_tokens is None
@@ -98,6 +120,7 @@ def capacity_lines(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
             (f"{rate(r.capacity_prior_rps)} req/s", Tone.NORMAL),
             ("   measured ", Tone.DIM),
             measured,
+            *at_once,
             *override,
         ),
         (
