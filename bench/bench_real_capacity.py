@@ -238,7 +238,7 @@ def report_load(alone: dict[str, float], rounds: list[dict[str, Any]], seconds: 
     names = sorted(alone)
     print(
         "over each engine's rate kept full through gpurouter around the round: learned "
-        "(source), measurement (@N: what it did N at once, short of its batch), prior"
+        "(source), measurement (@N: a figure for N at once, short of its batch), prior"
     )
     print(f"{'round':>5} {'at s':>5} " + " ".join(f"{k:>38}" for k in names))
     at_end: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {k: [] for k in names}

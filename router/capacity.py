@@ -196,8 +196,8 @@ class CapacityEstimate:
     """Recent completions behind the measurement (decayed with ``TAU_S``)."""
     measured_concurrency: float | None
     """Requests at once the measurement speaks for, where that is short of the batch size
-    (``ReplicaCapacity.measured_concurrency``): then it is what the replica did that many at once, a
-    floor under what it does full. None: read at the batch size, or nothing measured."""
+    (``ReplicaCapacity.measured_concurrency``): a figure for that many at once, not for the
+    replica full. None: read at the batch size, or nothing measured."""
     kv_tokens: int | None
     kv_source: Source | None
     kv_age_s: float | None
@@ -463,10 +463,11 @@ class ReplicaCapacity:
         replica and that is short of ``batch_size``: its line read short of its batch (the
         points scatter too much to carry it there), or, until the line can be drawn, its plain
         throughput, at up to the most it ran at once (its completions' decayed highest, or
-        the requests running now). A card the default strategy gives a request at a time at
-        light load is measured doing that: a real engine's figure read 0.2 of its rate full
-        (docs/benchmarks.md), and this says so. None: read at the batch size, or a card the
-        model knows (its efficiency curve carries any concurrency to saturation)."""
+        the requests running now). The plain throughput is below what the card does full;
+        a line read short of its batch is its own extrapolation to there, which can land on
+        either side (a real engine's read 0.2 and 1.1-1.2 of its rate full that way,
+        docs/benchmarks.md). None: read at the batch size, or a card the model knows (its
+        efficiency curve carries any concurrency to saturation)."""
         if self.prior.deployment is not None:
             return None
         reading = self.curve.reading(batch_size)

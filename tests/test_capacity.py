@@ -127,7 +127,7 @@ def test_a_load_curves_first_reading_is_taken_at_once_then_filtered() -> None:
     assert not acc.reads_line(64)
     assert plain.rate_source is Source.MEASURED
     assert plain.rate == pytest.approx(4 / (0.001 + 0.0001 * 4), rel=0.1)
-    assert plain.measured_concurrency == 4.0  # what it did 4 at once: a floor
+    assert plain.measured_concurrency == 4.0  # what it did 4 at once, not full
     t = _kept_at(core, 16, 0.0001, t, 40.0)
     assert acc.reads_line(64)
     line = core.capacity.estimate(slow, t)

@@ -263,7 +263,7 @@ def test_capacity_block_says_where_each_figure_came_from_and_how_old_it_is() -> 
     assert _text(kv) == "KV cache 450k tokens  from engine, read 2.0s ago   engine preemptions 7"
     floor = replace(measured, capacity_measured_concurrency=2.6, batch_size=64)
     assert _text(capacity_lines(floor)[1]) == (
-        "prior 8.3 req/s   measured 13.1 req/s doing 3 at once of its 64: a floor"
+        "prior 8.3 req/s   measured 13.1 req/s, for 3 at once of its 64"
     )
 
 

@@ -18,7 +18,7 @@ def learned(rps: float, source: str, age_s: float | None, at_once: float | None 
     """``12.4 r/s measured 3.0s``: requests per second, where from, and since the last
     completion refined it (nothing for a figure no completion has refined); ``(2 at once)``
     after a measured figure that speaks only for that many requests at once, short of the
-    batch size (router/capacity.py, ``measured_concurrency``): a floor, not the card full."""
+    batch size (router/capacity.py, ``measured_concurrency``), not for the card full."""
     text = f"{rate(rps)} r/s {source}"
     if age_s is not None:
         text = f"{text} {duration(age_s)}"
@@ -78,8 +78,8 @@ def capacity_lines(r: ReplicaSnapshot) -> tuple[tuple[Cell, ...], ...]:
         if r.capacity_measured_concurrency is None
         else [
             (
-                f" doing {at_once_count(r.capacity_measured_concurrency)} at once of its "
-                f"{r.batch_size}: a floor",
+                f", for {at_once_count(r.capacity_measured_concurrency)} at once of its "
+                f"{r.batch_size}",
                 Tone.DIM,
             )
         ]
