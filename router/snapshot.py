@@ -72,8 +72,8 @@ class ReplicaSnapshot:
     """What the router's accounting alone says (None: nothing completed yet)."""
     capacity_measured_concurrency: float | None = None
     """Requests at once that measurement speaks for, where short of the batch size: a card
-    the performance model does not know, measured only that many at once (None: at the
-    batch size, or nothing measured)."""
+    the performance model does not know, run only a few at a time (None: at the batch size,
+    or nothing measured)."""
     kv_capacity_tokens: int | None = None
     """KV-cache size as learned; None: unknown."""
     kv_capacity_source: str | None = None

@@ -261,8 +261,8 @@ def test_capacity_block_says_where_each_figure_came_from_and_how_old_it_is() -> 
     assert learned[-1][1] is Tone.WARN  # sent more than it can do
     assert _text(versus) == "prior 8.3 req/s   measured 13.1 req/s"
     assert _text(kv) == "KV cache 450k tokens  from engine, read 2.0s ago   engine preemptions 7"
-    floor = replace(measured, capacity_measured_concurrency=2.6, batch_size=64)
-    assert _text(capacity_lines(floor)[1]) == (
+    few = replace(measured, capacity_measured_concurrency=2.6, batch_size=64)
+    assert _text(capacity_lines(few)[1]) == (
         "prior 8.3 req/s   measured 13.1 req/s, for 3 at once of its 64"
     )
 

@@ -145,9 +145,9 @@ def test_capacity_and_kv_cells_name_their_source_and_only_a_refined_figure_has_a
     assert capacity_cell(measured).plain == "12.4 r/s measured 1m35s"
     # Measured only a request or so at once (a card the model does not know, at light load):
     # what it did that many at once, which the cell says.
-    floor = {**measured, "capacity_rps": 0.8, "capacity_measured_concurrency": 1.3}
-    assert capacity_cell(floor).plain == "0.8 r/s measured 1m35s (1 at once)"
-    assert capacity_cell({**floor, "capacity_source": "prior"}).plain == "0.8 r/s prior 1m35s"
+    few = {**measured, "capacity_rps": 0.8, "capacity_measured_concurrency": 1.3}
+    assert capacity_cell(few).plain == "0.8 r/s measured 1m35s (1 at once)"
+    assert capacity_cell({**few, "capacity_source": "prior"}).plain == "0.8 r/s prior 1m35s"
     kv = {"kv_capacity_tokens": 1_200_000, "kv_capacity_source": "prior"}
     assert kv_cell({**kv, "kv_capacity_age_s": None}) == "1.2M tok prior"
     assert kv_cell({**kv, "kv_capacity_source": "engine", "kv_capacity_age_s": 0.4}) == (
