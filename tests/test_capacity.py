@@ -20,6 +20,7 @@ from router.clock import ManualClock
 from router.config.loader import load_fleet
 from router.config.schema import StrategyConfig
 from router.core import RouterCore
+from router.http.metrics import RouterMetrics
 from router.load_curve import REACH
 from router.perf.model import Deployment
 from router.replica import EngineLoad
@@ -28,6 +29,7 @@ from router.sim.runner import KEEP_UP, Workload, catalog_for, fleet_capacity, si
 from router.sim.simulator import Simulation
 from tests.capacity_support import four_running
 from tests.fleet_factory import make_fleet
+from tests.test_emulator_support import metric
 
 FLEETS = Path(__file__).resolve().parent.parent / "examples" / "fleets"
 FOUR_GENERATIONS = FLEETS / "untuned-four-generations.yaml"
@@ -159,6 +161,10 @@ def test_a_measurement_says_how_many_at_once_it_speaks_for_short_of_the_batch() 
     mark = acc.share_mark()
     core.capacity.refresh(10.0, {0: [Progress(500.0, mark, 0.0)] * 3})
     assert core.capacity.estimate(unknown, 10.0).measured_concurrency == 3.0
+    scraped = RouterMetrics(core).render().decode()
+    at_once = "gpurouter_replica_capacity_measured_concurrency"
+    assert metric(scraped, f'{at_once}{{replica="r0"}}') == 3.0
+    assert f'{at_once}{{replica="r1"}}' not in scraped  # nothing measured
     rng = random.Random(3)
     for _ in range(40):
         c = rng.choice([1.0, 2.0])

@@ -273,6 +273,13 @@ def _capacity(core: RouterCore) -> Iterable[Metric]:
         "Seconds since a completion last refined the learned capacity (absent: never).",
         labels=["replica"],
     )
+    at_once = GaugeMetricFamily(
+        "gpurouter_replica_capacity_measured_concurrency",
+        "Requests at once the measured capacity speaks for, where short of the batch size "
+        "(a card the performance model does not know, run a few at a time); absent: at the "
+        "batch size, or nothing measured.",
+        labels=["replica"],
+    )
     kv = GaugeMetricFamily(
         "gpurouter_replica_kv_capacity_tokens",
         "Learned KV-cache size in tokens, by source (engine, fleet file, prior).",
@@ -290,11 +297,13 @@ def _capacity(core: RouterCore) -> Iterable[Metric]:
         rps.add_metric([r.id, str(e.rate_source)], e.rps)
         if e.rate_age_s is not None:
             age.add_metric([r.id], e.rate_age_s)
+        if e.measured_concurrency is not None:
+            at_once.add_metric([r.id], e.measured_concurrency)
         if e.kv_tokens is not None and e.kv_source is not None:
             kv.add_metric([r.id, str(e.kv_source)], e.kv_tokens)
         if r.kv_limit is not None:
             booked.add_metric([r.id], r.kv.tokens(r.in_flight))
-    return rps, age, kv, booked
+    return rps, age, at_once, kv, booked
 
 
 def _queue(core: RouterCore) -> Iterable[Metric]:
