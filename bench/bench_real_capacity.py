@@ -59,6 +59,7 @@ from bench_real_engines import (  # noqa: E402
 )
 from bench_real_engines import lab_up as real_lab_up  # noqa: E402
 
+from console.view.capacity import at_once_count  # noqa: E402
 from router.lab import Lab  # noqa: E402
 
 DEFAULT = ROUTERS[0]
@@ -253,7 +254,7 @@ def report_load(alone: dict[str, float], rounds: list[dict[str, Any]], seconds: 
                     for key in ("rps", "measured_rps", "prior_rps")
                 )
                 at_once = rep.get("at_once")
-                short = "" if at_once is None or measured is None else f"@{max(1, round(at_once))}"
+                short = "" if at_once is None or measured is None else f"@{at_once_count(at_once)}"
                 cells.append(
                     f"{_cell(learned)} ({rep.get('source', '-')}) m {_cell(measured)}{short} "
                     f"p {_cell(prior)}".rjust(38)

@@ -333,7 +333,6 @@ class ReplicaCapacity:
     in flight changes, so each stretch of time is counted at the concurrency it ran at."""
 
     __slots__ = (
-        "_in_flight",
         "_last_completion",
         "_own_at_fit",
         "_own_refit",
@@ -370,7 +369,6 @@ class ReplicaCapacity:
         produced), decayed: what turns a stream's tokens so far into priced units."""
         self.completions = 0.0
         self._stamp: float | None = None
-        self._in_flight = 0
         self._last_completion: float | None = None
         self.curve = LoadCurve()
         """Seconds per unit of work against concurrency: read only where the model does not
@@ -380,7 +378,6 @@ class ReplicaCapacity:
         """The requests still streaming, where the model does not know the replica."""
 
     def advance(self, in_flight: int, now: float) -> None:
-        self._in_flight = in_flight
         stamp, self._stamp = self._stamp, now
         if stamp is None or now <= stamp or not in_flight:
             return
@@ -458,20 +455,20 @@ class ReplicaCapacity:
             return None
         return self._work / self._shares * self.own.cost_per_effort()
 
-    def measured_concurrency(self, batch_size: int) -> float | None:
+    def measured_concurrency(self, batch_size: int, in_flight: int) -> float | None:
         """Requests at once ``measured`` speaks for, where the model does not know the
         replica and that is short of ``batch_size``: its line read short of its batch (the
         points scatter too much to carry it there), or, until the line can be drawn, its plain
         throughput, at up to the most it ran at once (its completions' decayed highest, or
-        the requests running now). The plain throughput is below what the card does full;
-        a line read short of its batch is its own extrapolation to there, which can land on
-        either side (a real engine's read 0.2 and 1.1-1.2 of its rate full that way,
+        the ``in_flight`` requests running now). The plain throughput is below what the card
+        does full; a line read short of its batch is its own extrapolation to there, which can
+        land on either side (a real engine's read 0.2 and 1.1-1.2 of its rate full that way,
         docs/benchmarks.md). None: read at the batch size, or a card the model knows (its
         efficiency curve carries any concurrency to saturation)."""
         if self.prior.deployment is not None:
             return None
         reading = self.curve.reading(batch_size)
-        at = reading[0] if reading is not None else max(self.curve.highest, self._in_flight)
+        at = reading[0] if reading is not None else max(self.curve.highest, in_flight)
         return at if 0 < at < batch_size else None
 
     def reads_line(self, batch_size: int) -> bool:
@@ -716,7 +713,7 @@ class FleetCapacity:
             measured_rate=measured,
             measured_concurrency=None
             if measured is None
-            else acc.measured_concurrency(r.batch_size),
+            else acc.measured_concurrency(r.batch_size, r.in_flight),
             completions=acc.recent_completions(now),
             kv_tokens=kv,
             kv_source=kv_source,

@@ -172,11 +172,10 @@ def test_a_measurement_says_how_many_at_once_it_speaks_for_short_of_the_batch() 
         acc.curve.add(c, life / 100.0, 100.0, 1.0)
     reading = acc.curve.reading(64)
     assert reading is not None
-    assert acc.measured_concurrency(64) == reading[0] == REACH * 2
+    assert acc.measured_concurrency(64, unknown.in_flight) == reading[0] == REACH * 2
     known = _core(FOUR_GENERATIONS)
     h100 = known.capacity.per_replica[known.replica("h100-0").index]
-    h100.advance(2, 0.0)
-    assert h100.measured_concurrency(64) is None
+    assert h100.measured_concurrency(64, 2) is None
 
 
 def test_kv_size_comes_from_the_engine_then_the_fleet_file_then_the_model() -> None:
